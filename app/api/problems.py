@@ -1,0 +1,102 @@
+"""Every error leaves as RFC 9457 problem+json; this is the one place that maps them."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.core.errors import MnemoError
+
+log = logging.getLogger(__name__)
+
+PROBLEM_TYPE_BASE = "https://mnemo.dev/problems/"
+RETRY_AFTER_S = 2
+
+
+def problem(
+    status: int,
+    title: str,
+    detail: str,
+    slug: str,
+    errors: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_BASE + slug,
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    if errors:
+        body["errors"] = errors
+    return JSONResponse(
+        body, status_code=status, media_type="application/problem+json", headers=headers
+    )
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    out = []
+    for e in exc.errors():
+        loc = [p for p in e.get("loc", ()) if p != "function-after"]
+        out.append(
+            {
+                "loc": loc,
+                "field": ".".join(str(p) for p in loc),
+                "msg": e.get("msg", "invalid"),
+                "type": e.get("type", "value_error"),
+            }
+        )
+    return out
+
+
+def _is_db_unavailable(exc: BaseException) -> bool:
+    if isinstance(exc, (OSError, ConnectionError, OperationalError)):
+        return True
+    if isinstance(exc, DBAPIError):
+        return bool(exc.connection_invalidated) or "connection" in str(exc.orig).lower()
+    return False
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(MnemoError)
+    async def _mnemo(_: Request, exc: MnemoError) -> JSONResponse:
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.status == 503 else None
+        return problem(
+            exc.status, exc.title, exc.detail, exc.slug,
+            [e.as_dict() for e in exc.errors], headers,
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = _validation_errors(exc)
+        fields = ", ".join(e["field"] for e in errors[:5])
+        return problem(422, "Invalid input", f"invalid field(s): {fields}", "validation", errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return problem(exc.status_code, str(exc.detail), str(exc.detail), f"http-{exc.status_code}")
+
+    @app.exception_handler(DBAPIError)
+    async def _db(_: Request, exc: DBAPIError) -> JSONResponse:
+        return _database_problem(exc)
+
+    @app.exception_handler(OSError)
+    async def _os(_: Request, exc: OSError) -> JSONResponse:
+        return _database_problem(exc)
+
+
+def _database_problem(exc: BaseException) -> JSONResponse:
+    if _is_db_unavailable(exc):
+        log.warning("database unavailable: %s", exc)
+        return problem(
+            503, "Service unavailable", "the database is unavailable; retry shortly",
+            "unavailable", headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    log.exception("database error", exc_info=exc)
+    return problem(500, "Internal error", "unexpected database error", "internal")

@@ -1,0 +1,97 @@
+"""Sessions, turns and context: the v1 routes agents call on every step."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Query, Response
+
+from app.api.deps import EngineDep, ReadConnDep, SessionIdPath, SettingsDep, TenantDep
+from app.api.schemas import ContextOut, SessionOut, StateOut, TurnsIn, TurnsOut, TurnsPage
+from app.context.service import build_context
+from app.core.tokens import count_message_tokens
+from app.ingest import service as ingest
+from app.ingest.validate import Limits, check_messages
+from app.ingest.triggers import policy_from_settings
+from app.sessions import repo
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+# Counting tokens of a big batch is CPU work; off the event loop past this size.
+THREAD_COUNT_THRESHOLD = 32
+
+
+@router.post("/{session_id}/turns", status_code=201, response_model=TurnsOut)
+async def post_turns(
+    session_id: SessionIdPath,
+    body: TurnsIn,
+    settings: SettingsDep,
+    engine: EngineDep,
+    tenant: TenantDep,
+) -> TurnsOut:
+    """Append messages (OpenAI format) to the session's archive. No LLM on this path."""
+    check_messages(
+        body.messages,
+        Limits(settings.max_messages_per_request, settings.max_content_chars),
+    )
+    if len(body.messages) > THREAD_COUNT_THRESHOLD:
+        turns = await anyio.to_thread.run_sync(
+            ingest.prepare, body.messages, count_message_tokens
+        )
+    else:
+        turns = ingest.prepare(body.messages, count_message_tokens)
+    async with engine.begin() as conn:
+        return await ingest.ingest_turns(
+            conn,
+            tenant=tenant,
+            session=session_id,
+            user=body.user_id,
+            turns=turns,
+            policy=policy_from_settings(settings),
+            job_max_attempts=settings.job_max_attempts,
+        )
+
+
+@router.get("/{session_id}", response_model=SessionOut)
+async def get_session(session_id: SessionIdPath, conn: ReadConnDep, tenant: TenantDep) -> SessionOut:
+    return await repo.get_session(conn, tenant=tenant, session=session_id)
+
+
+@router.get("/{session_id}/context", response_model=ContextOut)
+async def get_context(
+    session_id: SessionIdPath,
+    conn: ReadConnDep,
+    tenant: TenantDep,
+    settings: SettingsDep,
+    max_tokens: Annotated[int | None, Query(ge=64, le=1_000_000)] = None,
+    query: Annotated[str | None, Query(max_length=4000)] = None,
+) -> ContextOut:
+    """The prompt to send before the next LLM call, within ``max_tokens``. Reads only."""
+    budget = max_tokens if max_tokens is not None else settings.context_max_tokens
+    return await build_context(conn, tenant=tenant, session=session_id, max_tokens=budget)
+
+
+@router.get("/{session_id}/state", response_model=StateOut)
+async def get_state(session_id: SessionIdPath, conn: ReadConnDep, tenant: TenantDep) -> StateOut:
+    return await repo.get_state(conn, tenant=tenant, session=session_id)
+
+
+@router.get("/{session_id}/turns", response_model=TurnsPage)
+async def list_turns(
+    session_id: SessionIdPath,
+    conn: ReadConnDep,
+    tenant: TenantDep,
+    after_seq: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> TurnsPage:
+    return await repo.list_turns(
+        conn, tenant=tenant, session=session_id, after_seq=after_seq, limit=limit
+    )
+
+
+@router.delete("/{session_id}", status_code=204)
+async def delete_session(session_id: SessionIdPath, engine: EngineDep, tenant: TenantDep) -> Response:
+    async with engine.begin() as conn:
+        await repo.delete_session(conn, tenant=tenant, session=session_id)
+    return Response(status_code=204)

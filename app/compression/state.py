@@ -1,0 +1,353 @@
+"""The task state and the cognitive units that build it.
+
+Two families of models live here:
+
+* ``Unit`` — what an extractor emits for a slice of turns. A tagged union on
+  ``kind`` with ``extra="forbid"`` and strict scalar types, because the LLM
+  extractor asks a model for ``{"units": [...]}`` and must reject anything
+  that is not exactly this shape (``units_json_schema()`` is that contract).
+* ``TaskState`` — the merged, JSON-serialisable state a session carries. It is
+  stored as JSONB (``model_dump(mode="json")``) and read back with
+  ``model_validate``; it ignores unknown keys so that states written by a newer
+  version still load.
+
+Every state item has a stable ``key`` (dedup identity), ``source_seqs`` (the
+turns it came from, so nothing is invented), ``emphasized`` (pinned by the
+user) and ``activity`` (1.0 = just mentioned; decays with turns elapsed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from app.compression.text import param_key
+
+Language = Literal["zh", "en"]
+ResultType = Literal["object", "list", "text", "number", "boolean", "null", "empty", "error"]
+ActionStatus = Literal["done", "failed", "unknown"]
+ArtifactKind = Literal["id", "booking_ref", "path", "url", "table", "email"]
+HighStakesCategory = Literal["allergy", "medical", "payment", "account", "identity", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnView:
+    """One archived chat turn as the compressor sees it (OpenAI message shape)."""
+
+    seq: int
+    role: str
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    emphasized: bool = False
+    created_at: datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- units
+
+_SeqList = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+_Text = Annotated[str, Field(min_length=1, max_length=2000)]
+
+
+class _UnitBase(BaseModel):
+    # strict: an LLM that answers "emphasized": "yes" is wrong, not coerced.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    source_seqs: _SeqList = Field(description="Seqs of the turns this unit comes from.")
+    emphasized: bool = False
+    key: str | None = Field(
+        default=None, description="Optional dedup key; derived from the text when omitted."
+    )
+
+
+class GoalUnit(_UnitBase):
+    kind: Literal["goal"] = "goal"
+    text: _Text
+    # An explicit goal change ("my goal is now…", "new task") replaces the goal;
+    # an implicit request only sets it when there is none yet.
+    explicit: bool = False
+
+
+class ConstraintUnit(_UnitBase):
+    kind: Literal["constraint"] = "constraint"
+    text: _Text
+
+
+class ActionUnit(_UnitBase):
+    kind: Literal["action"] = "action"
+    tool: Annotated[str, Field(min_length=1, max_length=200)]
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    status: ActionStatus
+    result_summary: str = ""
+    result_type: ResultType = "empty"
+    ref_paths: list[str] = Field(
+        default_factory=list, description="JSONPaths of notable fields in the result, e.g. $.pnr"
+    )
+    result_keys: list[str] = Field(default_factory=list, description="Top-level result keys.")
+    call_id: str | None = None
+    at: datetime | None = Field(default=None, strict=False)
+
+
+class ParameterUnit(_UnitBase):
+    kind: Literal["parameter"] = "parameter"
+    name: Annotated[str, Field(min_length=1, max_length=120)]
+    value: Annotated[str, Field(min_length=1, max_length=500)]
+    previous: str | None = Field(default=None, description="The value stated as replaced.")
+
+
+class ArtifactUnit(_UnitBase):
+    kind: Literal["artifact"] = "artifact"
+    artifact_kind: ArtifactKind
+    value: Annotated[str, Field(min_length=1, max_length=500)]
+    label: str | None = Field(default=None, description="Where it came from, e.g. 'pnr'.")
+
+
+class DecisionUnit(_UnitBase):
+    kind: Literal["decision"] = "decision"
+    text: _Text
+
+
+class TodoUnit(_UnitBase):
+    kind: Literal["todo"] = "todo"
+    text: _Text
+    status: Literal["open", "done"] = "open"
+    missing_prerequisites: list[str] = Field(default_factory=list)
+
+
+class PendingUnit(_UnitBase):
+    kind: Literal["pending"] = "pending"
+    text: _Text
+
+
+class ResolutionUnit(_UnitBase):
+    kind: Literal["resolution"] = "resolution"
+    answer: _Text
+    target: str | None = Field(
+        default=None, description="Key or text of the pending item; None = the latest one."
+    )
+
+
+class RevocationUnit(_UnitBase):
+    kind: Literal["revocation"] = "revocation"
+    text: _Text
+    target: str | None = Field(
+        default=None,
+        description="Key or text of the constraint/todo revoked; None = the latest one.",
+    )
+
+
+class PreferenceUnit(_UnitBase):
+    kind: Literal["preference"] = "preference"
+    text: _Text
+
+
+class HighStakesUnit(_UnitBase):
+    kind: Literal["high_stakes"] = "high_stakes"
+    text: _Text
+    category: HighStakesCategory = "other"
+
+
+class BlockerUnit(_UnitBase):
+    kind: Literal["blocker"] = "blocker"
+    text: _Text
+
+
+class FactUnit(_UnitBase):
+    """A stated fact with an amount or date that fits no other family."""
+
+    kind: Literal["fact"] = "fact"
+    text: _Text
+
+
+class SummaryUnit(_UnitBase):
+    kind: Literal["summary"] = "summary"
+    text: _Text
+
+
+Unit = Annotated[
+    GoalUnit
+    | ConstraintUnit
+    | ActionUnit
+    | ParameterUnit
+    | ArtifactUnit
+    | DecisionUnit
+    | TodoUnit
+    | PendingUnit
+    | ResolutionUnit
+    | RevocationUnit
+    | PreferenceUnit
+    | HighStakesUnit
+    | BlockerUnit
+    | FactUnit
+    | SummaryUnit,
+    Field(discriminator="kind"),
+]
+
+
+class UnitBatch(BaseModel):
+    """The envelope an LLM extractor must produce: ``{"units": [...]}``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    units: list[Unit]
+
+
+_UNITS_ADAPTER: TypeAdapter[list[Unit]] = TypeAdapter(list[Unit])
+
+
+def units_json_schema() -> dict[str, Any]:
+    """JSON schema of ``{"units": [...]}``, for structured LLM output."""
+    return UnitBatch.model_json_schema()
+
+
+def parse_units(payload: str | bytes | dict[str, Any]) -> list[Unit]:
+    """Validate an extractor payload (JSON text or decoded object) strictly."""
+    if isinstance(payload, str | bytes):
+        return UnitBatch.model_validate_json(payload).units
+    return UnitBatch.model_validate(payload).units
+
+
+def dump_units(units: list[Unit]) -> list[dict[str, Any]]:
+    """JSON-ready units, e.g. for the compression event record."""
+    return _UNITS_ADAPTER.dump_python(units, mode="json")
+
+
+# --------------------------------------------------------------------------- state
+
+
+class _StateModel(BaseModel):
+    # Lenient on read: JSONB written by another version must still load.
+    model_config = ConfigDict(extra="ignore", validate_assignment=False)
+
+
+class Item(_StateModel):
+    key: str
+    text: str
+    source_seqs: list[int] = Field(default_factory=list)
+    emphasized: bool = False
+    activity: float = 1.0
+
+    @property
+    def last_seen(self) -> int:
+        return max(self.source_seqs, default=-1)
+
+
+class Superseded(_StateModel):
+    value: str
+    seq: int
+
+
+class Goal(Item):
+    history: list[Superseded] = Field(default_factory=list)
+
+
+class Constraint(Item):
+    status: Literal["active", "revoked"] = "active"
+    revoked_seq: int | None = None
+
+
+class Attempt(_StateModel):
+    call_id: str | None = None
+    seq: int
+    status: ActionStatus
+
+
+class Action(_StateModel):
+    key: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    status: ActionStatus
+    result_summary: str = ""
+    result_type: ResultType = "empty"
+    ref_paths: list[str] = Field(default_factory=list)
+    result_keys: list[str] = Field(default_factory=list)
+    call_id: str | None = None
+    at: datetime | None = None
+    seq: int
+    repeats: int = 0
+    attempts: list[Attempt] = Field(default_factory=list)
+    source_seqs: list[int] = Field(default_factory=list)
+    emphasized: bool = False
+    activity: float = 1.0
+
+    @property
+    def last_seen(self) -> int:
+        return max(self.source_seqs, default=self.seq)
+
+
+class Parameter(_StateModel):
+    key: str
+    name: str
+    value: str
+    source_seq: int
+    history: list[Superseded] = Field(default_factory=list)
+    source_seqs: list[int] = Field(default_factory=list)
+    emphasized: bool = False
+    activity: float = 1.0
+
+    @property
+    def last_seen(self) -> int:
+        return max(self.source_seqs, default=self.source_seq)
+
+
+class Artifact(_StateModel):
+    key: str
+    kind: ArtifactKind
+    value: str
+    label: str | None = None
+    seq: int
+    source_seqs: list[int] = Field(default_factory=list)
+    emphasized: bool = False
+    activity: float = 1.0
+
+    @property
+    def last_seen(self) -> int:
+        return max(self.source_seqs, default=self.seq)
+
+
+class Todo(Item):
+    status: Literal["open", "done", "cancelled"] = "open"
+    missing_prerequisites: list[str] = Field(default_factory=list)
+
+
+class Pending(Item):
+    status: Literal["pending", "resolved"] = "pending"
+    resolution: str | None = None
+    resolved_seq: int | None = None
+
+
+class HighStakes(Item):
+    category: HighStakesCategory = "other"
+
+
+class TaskState(_StateModel):
+    goal: Goal | None = None
+    constraints: list[Constraint] = Field(default_factory=list)
+    actions: list[Action] = Field(default_factory=list)
+    parameters: list[Parameter] = Field(default_factory=list)
+    artifacts: list[Artifact] = Field(default_factory=list)
+    decisions: list[Item] = Field(default_factory=list)
+    todos: list[Todo] = Field(default_factory=list)
+    pending: list[Pending] = Field(default_factory=list)
+    preferences: list[Item] = Field(default_factory=list)
+    high_stakes: list[HighStakes] = Field(default_factory=list)
+    blockers: list[Item] = Field(default_factory=list)
+    facts: list[Item] = Field(default_factory=list)
+    summary: str = ""
+    language: Language | None = None
+    last_seq: int = -1
+
+    def active_constraints(self) -> list[Constraint]:
+        return [c for c in self.constraints if c.status == "active"]
+
+    def open_pending(self) -> list[Pending]:
+        return [p for p in self.pending if p.status == "pending"]
+
+    def parameter(self, name: str) -> Parameter | None:
+        key = param_key(name)
+        return next((p for p in self.parameters if p.key == key), None)

@@ -1,0 +1,112 @@
+"""Settings, read from the environment (prefix ``MNEMO_``) and an optional ``.env``.
+
+Built once in the app factory or CLI, never at import time. Every field is
+documented in ``.env.example`` and the README's configuration table.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MNEMO_", env_file=".env", extra="ignore")
+
+    # Storage
+    database_url: str | None = Field(
+        default=None,
+        description="postgresql://… of a Postgres with pgvector. Unset: embedded Postgres in data_dir.",
+    )
+    data_dir: Path = Field(default=Path(".mnemo"), description="Where the embedded Postgres lives.")
+    db_pool_size: int = Field(default=10, ge=1, le=200)
+
+    # HTTP
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    embedded_worker: bool = Field(
+        default=True, description="Run the job worker inside `mnemo serve`."
+    )
+
+    # Context assembly
+    context_max_tokens: int = Field(default=2500, ge=64, le=1_000_000)
+    working_window_turns: int = Field(default=3, ge=1, le=100)
+
+    # Model window, from which the compression threshold is derived:
+    # history budget = window - system - tools - reserved output.
+    model_window_tokens: int = Field(default=8192, ge=1024)
+    system_prompt_tokens: int = Field(default=1000, ge=0)
+    tool_schema_tokens: int = Field(default=500, ge=0)
+    reserved_output_tokens: int = Field(default=1000, ge=0)
+    trigger_ratio: float = Field(default=0.8, gt=0, le=1)
+    min_turns_before_compression: int = Field(default=8, ge=1)
+    tool_failure_threshold: int = Field(default=3, ge=1)
+    decay_factor: float = Field(default=0.95, gt=0, le=1)
+    semantic_threshold: float = Field(default=0.82, gt=0, le=1)
+
+    # Request limits (reported in errors)
+    max_messages_per_request: int = Field(default=500, ge=1)
+    max_content_chars: int = Field(default=200_000, ge=1)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+
+    # Job queue
+    job_poll_interval_s: float = Field(default=1.0, gt=0)
+    job_lease_s: float = Field(default=60.0, gt=0)
+    job_max_attempts: int = Field(default=5, ge=1)
+    job_backoff_base_s: float = Field(default=2.0, gt=0)
+    job_backoff_max_s: float = Field(default=300.0, gt=0)
+    worker_concurrency: int = Field(default=2, ge=1, le=64)
+
+    # LLM extractor (OpenAI-compatible). Unset base URL: the rule extractor is used.
+    llm_base_url: str | None = None
+    llm_api_key: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_timeout_s: float = Field(default=30.0, gt=0)
+    llm_max_retries: int = Field(default=2, ge=0, le=10)
+
+    # Logging
+    log_level: str = "INFO"
+
+    @property
+    def history_budget_tokens(self) -> int:
+        return max(
+            256,
+            self.model_window_tokens
+            - self.system_prompt_tokens
+            - self.tool_schema_tokens
+            - self.reserved_output_tokens,
+        )
+
+    @property
+    def async_database_url(self) -> str | None:
+        return to_asyncpg_url(self.database_url) if self.database_url else None
+
+    @model_validator(mode="after")
+    def _check_budget(self) -> Settings:
+        spent = self.system_prompt_tokens + self.tool_schema_tokens + self.reserved_output_tokens
+        if spent >= self.model_window_tokens:
+            raise ValueError(
+                "model_window_tokens must exceed system_prompt_tokens + tool_schema_tokens"
+                " + reserved_output_tokens"
+            )
+        return self
+
+
+def to_asyncpg_url(url: str) -> str:
+    """Accept plain ``postgresql://`` URLs and pin SQLAlchemy to asyncpg."""
+    for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix) :]
+    raise ValueError(f"not a PostgreSQL URL: {url.split('://')[0]}://…")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

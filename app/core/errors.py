@@ -1,0 +1,68 @@
+"""Mnemo's exception hierarchy. One handler maps these to problem+json.
+
+MnemoError
+├── NotFound            404 — unknown (or another tenant's) session, user, event
+├── Conflict            409 — session bound to another user
+├── InvalidInput        422 — a field at fault, with its location
+├── PayloadTooLarge     413 — body or batch beyond the documented limits
+└── Unavailable         503 — the database is unreachable; retry later
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FieldError:
+    loc: tuple[str | int, ...]
+    msg: str
+    type: str = "value_error"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"loc": list(self.loc), "field": ".".join(str(p) for p in self.loc), "msg": self.msg,
+                "type": self.type}
+
+
+@dataclass
+class MnemoError(Exception):
+    detail: str
+    errors: list[FieldError] = field(default_factory=list)
+
+    status = 500
+    title = "Internal error"
+    slug = "internal"
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+class NotFound(MnemoError):
+    status = 404
+    title = "Not found"
+    slug = "not-found"
+
+
+class Conflict(MnemoError):
+    status = 409
+    title = "Conflict"
+    slug = "conflict"
+
+
+class InvalidInput(MnemoError):
+    status = 422
+    title = "Invalid input"
+    slug = "validation"
+
+
+class PayloadTooLarge(MnemoError):
+    status = 413
+    title = "Payload too large"
+    slug = "too-large"
+
+
+class Unavailable(MnemoError):
+    status = 503
+    title = "Service unavailable"
+    slug = "unavailable"

@@ -1,0 +1,179 @@
+"""The schema as SQLAlchemy Core tables.
+
+Migrations (``migrations/versions``) create it; a test checks that
+``alembic upgrade head`` yields exactly these tables, columns and indexes.
+Every row carries ``tenant_id`` (directly or through its session) so that every
+query filters by tenant in SQL and tables can later be distributed by tenant.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData()
+
+NOW = text("now()")
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("external_id", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    UniqueConstraint("tenant_id", "external_id", name="users_tenant_external_key"),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("external_id", Text, nullable=False),
+    Column("user_id", BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    # turn_count doubles as the seq allocator: seqs are turn_count+1 … under the row lock.
+    Column("turn_count", Integer, nullable=False, server_default="0"),
+    # Tokens of the turns not yet compacted: what the raw history would cost now.
+    Column("history_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("total_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("compressions", Integer, nullable=False, server_default="0"),
+    Column("last_compression_at", DateTime(timezone=True)),
+    UniqueConstraint("tenant_id", "external_id", name="sessions_tenant_external_key"),
+    Index("sessions_user_idx", "user_id"),
+)
+
+turns = Table(
+    "turns",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column(
+        "session_id", BigInteger, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("seq", Integer, nullable=False),
+    # The client's message id, or a generated "t_…" one (clients cannot send "_").
+    Column("external_id", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("content", Text),
+    Column("tool_calls", JSONB),
+    Column("tool_call_id", Text),
+    Column("name", Text),
+    Column("tokens", Integer, nullable=False),
+    Column("emphasized", Boolean, nullable=False, server_default="false"),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("compacted", Boolean, nullable=False, server_default="false"),
+    Column("event_id", BigInteger),
+    CheckConstraint("role IN ('system', 'user', 'assistant', 'tool')", name="turns_role_check"),
+    UniqueConstraint("session_id", "seq", name="turns_session_seq_key"),
+    UniqueConstraint("session_id", "external_id", name="turns_session_external_key"),
+    # The context read: newest uncompacted turns of one session.
+    Index(
+        "turns_live_idx",
+        "session_id",
+        text("seq DESC"),
+        postgresql_where=text("NOT compacted"),
+    ),
+)
+
+task_states = Table(
+    "task_states",
+    metadata,
+    Column(
+        "session_id",
+        BigInteger,
+        ForeignKey("sessions.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("version", Integer, nullable=False, server_default="0"),
+    Column("state", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # Rendered once by the worker so that /context only reads.
+    Column("rendered", Text, nullable=False, server_default=""),
+    Column("rendered_tokens", Integer, nullable=False, server_default="0"),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+)
+
+compression_events = Table(
+    "compression_events",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column(
+        "session_id", BigInteger, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("trigger", Text, nullable=False),
+    Column("tier", Integer, nullable=False),
+    Column("state_version", Integer, nullable=False),
+    Column("turn_ids", JSONB, nullable=False),
+    Column("turn_seqs", JSONB, nullable=False),
+    Column("input_tokens", Integer, nullable=False),
+    Column("output_tokens", Integer, nullable=False),
+    Column("ratio", Float, nullable=False),
+    Column("duration_ms", Float, nullable=False),
+    Column("extractor", Text, nullable=False),
+    Column("fallback_reason", Text),
+    Column("units", JSONB, nullable=False),
+    Column("rendered_state", Text, nullable=False),
+    Column("change_summary", Text, nullable=False),
+    Column("job_id", BigInteger),
+    Index("compression_events_session_idx", "session_id", "id"),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("session_id", BigInteger, ForeignKey("sessions.id", ondelete="CASCADE")),
+    Column("kind", Text, nullable=False),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("status", Text, nullable=False, server_default="queued"),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("max_attempts", Integer, nullable=False),
+    Column("run_after", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("locked_until", DateTime(timezone=True)),
+    Column("locked_by", Text),
+    Column("last_error", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("finished_at", DateTime(timezone=True)),
+    CheckConstraint(
+        "status IN ('queued', 'running', 'done', 'dead')", name="jobs_status_check"
+    ),
+    Index("jobs_runnable_idx", "run_after", "id", postgresql_where=text("status = 'queued'")),
+    Index("jobs_lease_idx", "locked_until", postgresql_where=text("status = 'running'")),
+    # At most one waiting and one running job of a kind per session: the queue
+    # dedups repeated triggers, and a session is never compressed twice at once.
+    Index(
+        "jobs_one_queued_idx",
+        "session_id",
+        "kind",
+        unique=True,
+        postgresql_where=text("status = 'queued' AND session_id IS NOT NULL"),
+    ),
+    Index(
+        "jobs_one_running_idx",
+        "session_id",
+        "kind",
+        unique=True,
+        postgresql_where=text("status = 'running' AND session_id IS NOT NULL"),
+    ),
+)

@@ -1,0 +1,79 @@
+"""Checks on posted messages beyond their JSON shape. Pure: no I/O.
+
+Pydantic checks types and id patterns; these rules need the whole message (a
+tool result needs its call id) or the configured limits, which are reported in
+the error so a client can see what it ran into.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.api.schemas import MessageIn
+from app.core.errors import FieldError, InvalidInput, PayloadTooLarge
+
+MAX_METADATA_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_messages: int
+    max_content_chars: int
+
+
+def check_messages(messages: Sequence[MessageIn], limits: Limits) -> None:
+    """Raise PayloadTooLarge or InvalidInput naming every field at fault."""
+    if len(messages) > limits.max_messages:
+        raise PayloadTooLarge(
+            f"{len(messages)} messages in one request; the limit is {limits.max_messages}",
+            [FieldError(("body", "messages"), f"at most {limits.max_messages} messages", "too_many")],
+        )
+    oversize = [
+        FieldError(
+            ("body", "messages", i, "content"),
+            f"{len(m.content)} characters; the limit is {limits.max_content_chars}",
+            "too_long",
+        )
+        for i, m in enumerate(messages)
+        if m.content is not None and len(m.content) > limits.max_content_chars
+    ]
+    if oversize:
+        raise PayloadTooLarge("message content over the size limit", oversize)
+    errors = [error for i, m in enumerate(messages) for error in _message_errors(i, m)]
+    if errors:
+        raise InvalidInput(f"{len(errors)} invalid field(s) in messages", errors)
+
+
+def _message_errors(i: int, m: MessageIn) -> list[FieldError]:
+    at = ("body", "messages", i)
+    errors: list[FieldError] = []
+    if m.role == "tool" and not m.tool_call_id:
+        errors.append(FieldError((*at, "tool_call_id"), "required for role 'tool'", "missing"))
+    if m.role != "tool" and m.tool_call_id is not None:
+        errors.append(FieldError((*at, "tool_call_id"), "only a 'tool' message carries it"))
+    if m.tool_calls is not None and m.role != "assistant":
+        errors.append(FieldError((*at, "tool_calls"), "only an 'assistant' message carries it"))
+    if m.content is None and not (m.role == "assistant" and m.tool_calls):
+        errors.append(
+            FieldError(
+                (*at, "content"), "null only for an assistant message with tool_calls", "missing"
+            )
+        )
+    for j, call in enumerate(m.tool_calls or ()):
+        try:
+            json.loads(call.function.arguments)
+        except ValueError as exc:
+            errors.append(
+                FieldError(
+                    (*at, "tool_calls", j, "function", "arguments"),
+                    f"not valid JSON: {exc}",
+                    "json_invalid",
+                )
+            )
+    if len(json.dumps(m.metadata, ensure_ascii=False)) > MAX_METADATA_BYTES:
+        errors.append(
+            FieldError((*at, "metadata"), f"over {MAX_METADATA_BYTES} bytes as JSON", "too_long")
+        )
+    return errors

@@ -1,0 +1,172 @@
+"""The job queue: a table in Postgres, written in the same transaction as the work
+that causes it, claimed with FOR UPDATE SKIP LOCKED.
+
+State machine of a job::
+
+    queued ──claim──▶ running ──done──▶ done
+      ▲                 │  └──error, attempts left──▶ queued (run_after = now + backoff)
+      │                 └────error, no attempts left──▶ dead
+      └──── lease expired (worker died): claimable again as it stands
+
+NOTIFY on ``mnemo_jobs`` is only a wake-up hint; workers poll as the guarantee.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+CHANNEL = "mnemo_jobs"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    tenant_id: str
+    session_id: int | None
+    kind: str
+    payload: dict[str, Any]
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+
+
+# enqueue: add a job unless one of the same kind already waits for the session.
+ENQUEUE = text("""
+    INSERT INTO jobs (tenant_id, session_id, kind, payload, max_attempts, run_after)
+    VALUES (:tenant_id, :session_id, :kind, CAST(:payload AS jsonb), :max_attempts,
+            now() + make_interval(secs => :delay_s))
+    ON CONFLICT (session_id, kind) WHERE status = 'queued' AND session_id IS NOT NULL
+    DO NOTHING
+    RETURNING id
+""")
+
+NOTIFY = text("SELECT pg_notify(:channel, :kind)")
+
+# claim: the oldest runnable job — queued and due, or running with an expired lease
+# (its worker died). A job whose session already has a live running job of the same
+# kind waits, so one session is never compressed twice at once.
+CLAIM = text("""
+    UPDATE jobs SET status = 'running',
+                    attempts = attempts + 1,
+                    locked_by = :worker,
+                    locked_until = now() + make_interval(secs => :lease_s),
+                    updated_at = now()
+    WHERE id = (
+        SELECT j.id FROM jobs j
+        WHERE ((j.status = 'queued' AND j.run_after <= now())
+               OR (j.status = 'running' AND j.locked_until < now()))
+          AND NOT EXISTS (
+              SELECT 1 FROM jobs r
+              WHERE r.session_id = j.session_id AND r.kind = j.kind AND r.id <> j.id
+                AND r.status = 'running' AND r.locked_until >= now())
+        ORDER BY j.run_after, j.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED)
+    RETURNING id, tenant_id, session_id, kind, payload, attempts, max_attempts, created_at
+""")
+
+# extend_lease: a long job says it is alive.
+EXTEND_LEASE = text("""
+    UPDATE jobs SET locked_until = now() + make_interval(secs => :lease_s), updated_at = now()
+    WHERE id = :id AND status = 'running' AND locked_by = :worker
+""")
+
+# complete: only the worker holding the lease may finish the job; returns whether it did.
+COMPLETE = text("""
+    UPDATE jobs SET status = 'done', finished_at = now(), updated_at = now(),
+                    locked_until = NULL, last_error = NULL
+    WHERE id = :id AND status = 'running' AND locked_by = :worker
+    RETURNING id
+""")
+
+# retry_later: back to the queue after a failure, due after the backoff.
+RETRY_LATER = text("""
+    UPDATE jobs SET status = 'queued', locked_until = NULL, locked_by = NULL,
+                    run_after = now() + make_interval(secs => :delay_s),
+                    last_error = :error, updated_at = now()
+    WHERE id = :id AND status = 'running' AND locked_by = :worker
+""")
+
+# bury: the dead-letter state, kept for inspection.
+BURY = text("""
+    UPDATE jobs SET status = 'dead', locked_until = NULL, finished_at = now(),
+                    last_error = :error, updated_at = now()
+    WHERE id = :id AND status = 'running'
+""")
+
+
+async def enqueue(
+    conn: AsyncConnection,
+    *,
+    tenant_id: str,
+    session_id: int | None,
+    kind: str,
+    payload: dict[str, Any] | None = None,
+    max_attempts: int,
+    delay_s: float = 0.0,
+) -> int | None:
+    """Add a job in the caller's transaction; None when an equal job already waits."""
+    row = (
+        await conn.execute(
+            ENQUEUE,
+            {
+                "tenant_id": tenant_id,
+                "session_id": session_id,
+                "kind": kind,
+                "payload": json.dumps(payload or {}),
+                "max_attempts": max_attempts,
+                "delay_s": delay_s,
+            },
+        )
+    ).first()
+    await conn.execute(NOTIFY, {"channel": CHANNEL, "kind": kind})
+    return None if row is None else int(row.id)
+
+
+async def claim(conn: AsyncConnection, *, worker: str, lease_s: float) -> Job | None:
+    try:
+        row = (await conn.execute(CLAIM, {"worker": worker, "lease_s": lease_s})).first()
+    except IntegrityError:
+        # Two workers raced for jobs of one session; the loser simply tries later.
+        return None
+    if row is None:
+        return None
+    payload = row.payload if isinstance(row.payload, dict) else json.loads(row.payload)
+    return Job(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        session_id=row.session_id,
+        kind=row.kind,
+        payload=payload,
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        created_at=row.created_at,
+    )
+
+
+async def complete(conn: AsyncConnection, *, job_id: int, worker: str) -> bool:
+    row = (await conn.execute(COMPLETE, {"id": job_id, "worker": worker})).first()
+    return row is not None
+
+
+async def retry_later(
+    conn: AsyncConnection, *, job_id: int, worker: str, delay_s: float, error: str
+) -> None:
+    await conn.execute(
+        RETRY_LATER, {"id": job_id, "worker": worker, "delay_s": delay_s, "error": error[:4000]}
+    )
+
+
+async def bury(conn: AsyncConnection, *, job_id: int, error: str) -> None:
+    await conn.execute(BURY, {"id": job_id, "error": error[:4000]})
+
+
+async def extend_lease(conn: AsyncConnection, *, job_id: int, worker: str, lease_s: float) -> None:
+    await conn.execute(EXTEND_LEASE, {"id": job_id, "worker": worker, "lease_s": lease_s})

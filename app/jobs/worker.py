@@ -1,0 +1,215 @@
+"""The worker loop: wake on NOTIFY or poll, claim, run, heartbeat, retry or bury.
+
+A handler that changes state does so through ``JobContext.commit``, which marks
+the job done in the same transaction: the effect is applied exactly once even
+if the worker dies right after (the job is then done) or right before (the
+job is claimed again after its lease and nothing was applied).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import asyncpg
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.core.config import Settings
+from app.jobs import queue
+from app.jobs.queue import Job
+from app.jobs.retry import GiveUp, decide_retry
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class LeaseLost(Exception):
+    """Another worker took the job after our lease expired; our work is rolled back."""
+
+
+@dataclass
+class JobContext:
+    engine: AsyncEngine
+    job: Job
+    worker: str
+    settings: Settings
+    committed: bool = False
+
+    async def commit(self, apply: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Run ``apply`` and mark the job done, in one transaction."""
+        async with self.engine.begin() as conn:
+            result = await apply(conn)
+            if not await queue.complete(conn, job_id=self.job.id, worker=self.worker):
+                raise LeaseLost(f"job {self.job.id} is no longer ours")
+        self.committed = True
+        return result
+
+
+Handler = Callable[[JobContext], Awaitable[None]]
+
+
+def asyncpg_dsn(engine: AsyncEngine) -> str:
+    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@dataclass
+class Worker:
+    engine: AsyncEngine
+    handlers: Mapping[str, Handler]
+    settings: Settings
+    name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    on_event: Callable[[str, Job, dict[str, Any]], None] | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work until ``stop`` is set."""
+        wake = asyncio.Event()
+        listener = asyncio.create_task(self._listen(wake, stop))
+        running: set[asyncio.Task[None]] = set()
+        capacity = self.settings.worker_concurrency
+        try:
+            while not stop.is_set():
+                claimed = False
+                while len(running) < capacity and not stop.is_set():
+                    job = await self._claim_safely()
+                    if job is None:
+                        break
+                    claimed = True
+                    task = asyncio.create_task(self._run_job(job))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                    task.add_done_callback(lambda _: wake.set())
+                if claimed and len(running) < capacity:
+                    continue
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        _first(wake.wait(), stop.wait()), self.settings.job_poll_interval_s
+                    )
+        finally:
+            listener.cancel()
+            for task in list(running):
+                task.cancel()
+            await asyncio.gather(listener, *running, return_exceptions=True)
+
+    async def run_once(self) -> Job | None:
+        """Claim and run one job, if any is runnable (tests, `mnemo worker --once`)."""
+        job = await self._claim_safely()
+        if job is not None:
+            await self._run_job(job)
+        return job
+
+    async def _claim_safely(self) -> Job | None:
+        try:
+            async with self.engine.begin() as conn:
+                return await queue.claim(
+                    conn, worker=self.name, lease_s=self.settings.job_lease_s
+                )
+        except (OSError, DBAPIError, OperationalError) as exc:
+            log.warning("job claim failed, database unavailable? %s", exc)
+            return None
+
+    async def _run_job(self, job: Job) -> None:
+        if job.attempts > job.max_attempts:
+            # Claimed again after its lease expired more times than allowed.
+            await self._bury(job, "lease expired on the last attempt (worker died?)")
+            return
+        handler = self.handlers.get(job.kind)
+        if handler is None:
+            await self._bury(job, f"no handler for job kind {job.kind!r}")
+            return
+        ctx = JobContext(engine=self.engine, job=job, worker=self.name, settings=self.settings)
+        heartbeat = asyncio.create_task(self._heartbeat(job))
+        try:
+            await handler(ctx)
+            if not ctx.committed:
+                async with self.engine.begin() as conn:
+                    await queue.complete(conn, job_id=job.id, worker=self.name)
+            self._emit("done", job, {})
+        except asyncio.CancelledError:
+            raise
+        except LeaseLost as exc:
+            log.warning("%s", exc)
+            self._emit("lease_lost", job, {})
+        except Exception as exc:  # a handler's failure is the job's, never the worker's
+            await self._after_failure(job, exc)
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def _after_failure(self, job: Job, exc: BaseException) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        decision = decide_retry(
+            attempt=job.attempts,
+            max_attempts=job.max_attempts,
+            base_s=self.settings.job_backoff_base_s,
+            max_s=self.settings.job_backoff_max_s,
+        )
+        log.warning("job %s (%s) attempt %s failed: %s", job.id, job.kind, job.attempts, error)
+        try:
+            if isinstance(decision, GiveUp):
+                await self._bury(job, f"{error} ({decision.reason})")
+                return
+            async with self.engine.begin() as conn:
+                await queue.retry_later(
+                    conn, job_id=job.id, worker=self.name, delay_s=decision, error=error
+                )
+            self._emit("retry", job, {"delay_s": decision, "error": error})
+        except (OSError, DBAPIError, OperationalError):
+            # The lease will expire and the job will be claimed again.
+            log.warning("could not record the failure of job %s", job.id)
+
+    async def _bury(self, job: Job, error: str) -> None:
+        async with self.engine.begin() as conn:
+            await queue.bury(conn, job_id=job.id, error=error)
+        self._emit("dead", job, {"error": error})
+
+    async def _heartbeat(self, job: Job) -> None:
+        interval = self.settings.job_lease_s / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                async with self.engine.begin() as conn:
+                    await queue.extend_lease(
+                        conn, job_id=job.id, worker=self.name, lease_s=self.settings.job_lease_s
+                    )
+            except (OSError, DBAPIError, OperationalError):
+                log.warning("heartbeat for job %s failed", job.id)
+
+    async def _listen(self, wake: asyncio.Event, stop: asyncio.Event) -> None:
+        """Keep a LISTEN connection open; on any trouble, rely on polling and retry later."""
+        while not stop.is_set():
+            conn = None
+            try:
+                conn = await asyncpg.connect(asyncpg_dsn(self.engine))
+                await conn.add_listener(queue.CHANNEL, lambda *_: wake.set())
+                while not stop.is_set() and not conn.is_closed():
+                    await asyncio.sleep(self.settings.job_poll_interval_s)
+            except (OSError, asyncpg.PostgresError) as exc:
+                log.debug("LISTEN unavailable (%s); polling only", exc)
+                await asyncio.sleep(self.settings.job_poll_interval_s * 5)
+            finally:
+                if conn is not None and not conn.is_closed():
+                    with contextlib.suppress(Exception):
+                        await conn.close(timeout=2)
+
+    def _emit(self, what: str, job: Job, data: dict[str, Any]) -> None:
+        if self.on_event is not None:
+            self.on_event(what, job, data)
+
+
+async def _first(*aws: Awaitable[Any]) -> None:
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()

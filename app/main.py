@@ -1,0 +1,65 @@
+"""The app factory: settings and engine in, a FastAPI app out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.api import problems
+from app.api.limits import BodyLimitMiddleware
+from app.api.routes import health, sessions
+from app.core.config import Settings
+from app.db.engine import make_engine
+from app.db.migrate import head_revision
+from app.jobs.handlers import default_handlers
+from app.jobs.worker import Worker
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """Memory-as-a-service for LLM agents.
+
+Post every turn of a session; before each LLM call, get back a small, dense
+context: the structured task state, relevant long-term memories and the most
+recent raw turns, within a token budget. Errors are RFC 9457 problem+json.
+"""
+
+
+def create_app(settings: Settings, *, database_url: str, engine: AsyncEngine | None = None) -> FastAPI:
+    """Build the app. ``database_url`` is resolved by the caller (embedded or configured)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own_engine = engine is None
+        app.state.engine = engine or make_engine(database_url, pool_size=settings.db_pool_size)
+        stop = asyncio.Event()
+        worker_task = None
+        if settings.embedded_worker:
+            worker = Worker(engine=app.state.engine, handlers=default_handlers(), settings=settings)
+            worker_task = asyncio.create_task(worker.run(stop))
+        try:
+            yield
+        finally:
+            stop.set()
+            if worker_task is not None:
+                await worker_task
+            if own_engine:
+                await app.state.engine.dispose()
+
+    app = FastAPI(
+        title="Mnemo",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.head_revision = head_revision()
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    problems.install(app)
+    app.include_router(health.router)
+    app.include_router(sessions.router)
+    return app
