@@ -29,7 +29,9 @@ recent raw turns, within a token budget. Errors are RFC 9457 problem+json.
 """
 
 
-def create_app(settings: Settings, *, database_url: str, engine: AsyncEngine | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, *, database_url: str, engine: AsyncEngine | None = None
+) -> FastAPI:
     """Build the app. ``database_url`` is resolved by the caller (embedded or configured)."""
 
     @contextlib.asynccontextmanager

@@ -30,7 +30,9 @@ async def _run_with_new_engine() -> None:
 
     url = Settings().async_database_url
     if url is None:
-        raise SystemExit("MNEMO_DATABASE_URL is not set; use `mnemo migrate` for the embedded database")
+        raise SystemExit(
+            "MNEMO_DATABASE_URL is not set; use `mnemo migrate` for the embedded database"
+        )
     engine = create_async_engine(url)
     async with engine.begin() as conn:
         await conn.run_sync(_run)

@@ -29,9 +29,9 @@ async def get_tenant(request: Request) -> str:
     return DEFAULT_TENANT
 
 
-async def read_connection(engine: Annotated[AsyncEngine, Depends(get_engine)]) -> AsyncIterator[
-    AsyncConnection
-]:
+async def read_connection(
+    engine: Annotated[AsyncEngine, Depends(get_engine)],
+) -> AsyncIterator[AsyncConnection]:
     async with engine.connect() as conn:
         yield conn
 

@@ -55,8 +55,14 @@ class BodyLimitMiddleware:
                 "title": "Payload too large",
                 "status": 413,
                 "detail": f"request body over {self.max_bytes} bytes",
-                "errors": [{"loc": ["body"], "field": "body",
-                            "msg": f"at most {self.max_bytes} bytes", "type": "too_large"}],
+                "errors": [
+                    {
+                        "loc": ["body"],
+                        "field": "body",
+                        "msg": f"at most {self.max_bytes} bytes",
+                        "type": "too_large",
+                    }
+                ],
             }
         ).encode()
         await send(

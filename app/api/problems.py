@@ -68,8 +68,12 @@ def install(app: FastAPI) -> None:
     async def _mnemo(_: Request, exc: MnemoError) -> JSONResponse:
         headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.status == 503 else None
         return problem(
-            exc.status, exc.title, exc.detail, exc.slug,
-            [e.as_dict() for e in exc.errors], headers,
+            exc.status,
+            exc.title,
+            exc.detail,
+            exc.slug,
+            [e.as_dict() for e in exc.errors],
+            headers,
         )
 
     @app.exception_handler(RequestValidationError)
@@ -95,8 +99,11 @@ def _database_problem(exc: BaseException) -> JSONResponse:
     if _is_db_unavailable(exc):
         log.warning("database unavailable: %s", exc)
         return problem(
-            503, "Service unavailable", "the database is unavailable; retry shortly",
-            "unavailable", headers={"Retry-After": str(RETRY_AFTER_S)},
+            503,
+            "Service unavailable",
+            "the database is unavailable; retry shortly",
+            "unavailable",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
         )
     log.exception("database error", exc_info=exc)
     return problem(500, "Internal error", "unexpected database error", "internal")

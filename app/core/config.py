@@ -19,7 +19,7 @@ class Settings(BaseSettings):
     # Storage
     database_url: str | None = Field(
         default=None,
-        description="postgresql://… of a Postgres with pgvector. Unset: embedded Postgres in data_dir.",
+        description="postgresql://… of a Postgres with pgvector. Unset: embedded Postgres.",
     )
     data_dir: Path = Field(default=Path(".mnemo"), description="Where the embedded Postgres lives.")
     db_pool_size: int = Field(default=10, ge=1, le=200)

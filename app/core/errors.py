@@ -21,8 +21,12 @@ class FieldError:
     type: str = "value_error"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"loc": list(self.loc), "field": ".".join(str(p) for p in self.loc), "msg": self.msg,
-                "type": self.type}
+        return {
+            "loc": list(self.loc),
+            "field": ".".join(str(p) for p in self.loc),
+            "msg": self.msg,
+            "type": self.type,
+        }
 
 
 @dataclass

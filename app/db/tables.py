@@ -65,9 +65,7 @@ turns = Table(
     "turns",
     metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
-    Column(
-        "session_id", BigInteger, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False
-    ),
+    Column("session_id", BigInteger, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
     Column("seq", Integer, nullable=False),
     # The client's message id, or a generated "t_…" one (clients cannot send "_").
     Column("external_id", Text, nullable=False),
@@ -115,9 +113,7 @@ compression_events = Table(
     "compression_events",
     metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
-    Column(
-        "session_id", BigInteger, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False
-    ),
+    Column("session_id", BigInteger, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("trigger", Text, nullable=False),
     Column("tier", Integer, nullable=False),
@@ -155,9 +151,7 @@ jobs = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("finished_at", DateTime(timezone=True)),
-    CheckConstraint(
-        "status IN ('queued', 'running', 'done', 'dead')", name="jobs_status_check"
-    ),
+    CheckConstraint("status IN ('queued', 'running', 'done', 'dead')", name="jobs_status_check"),
     Index("jobs_runnable_idx", "run_after", "id", postgresql_where=text("status = 'queued'")),
     Index("jobs_lease_idx", "locked_until", postgresql_where=text("status = 'running'")),
     # At most one waiting and one running job of a kind per session: the queue

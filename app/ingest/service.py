@@ -52,7 +52,9 @@ class SessionCounters:
 TriggerPolicy = Callable[[SessionCounters, Sequence[PreparedTurn]], str | None]
 
 
-def prepare(messages: Sequence[MessageIn], count: Callable[[dict[str, Any]], int]) -> list[PreparedTurn]:
+def prepare(
+    messages: Sequence[MessageIn], count: Callable[[dict[str, Any]], int]
+) -> list[PreparedTurn]:
     prepared = []
     for m in messages:
         calls = [c.model_dump(mode="json") for c in m.tool_calls] if m.tool_calls else None
@@ -169,8 +171,9 @@ async def ingest_turns(
     known: dict[str, TurnAck] = {}
     if client_ids:
         for k in await conn.execute(KNOWN_TURNS, {"sid": sid, "ids": client_ids}):
-            known[k.external_id] = TurnAck(id=k.external_id, seq=k.seq, tokens=k.tokens,
-                                           duplicate=True)
+            known[k.external_id] = TurnAck(
+                id=k.external_id, seq=k.seq, tokens=k.tokens, duplicate=True
+            )
 
     acks: list[TurnAck] = []
     new: list[tuple[int, str, PreparedTurn]] = []

@@ -28,7 +28,11 @@ def check_messages(messages: Sequence[MessageIn], limits: Limits) -> None:
     if len(messages) > limits.max_messages:
         raise PayloadTooLarge(
             f"{len(messages)} messages in one request; the limit is {limits.max_messages}",
-            [FieldError(("body", "messages"), f"at most {limits.max_messages} messages", "too_many")],
+            [
+                FieldError(
+                    ("body", "messages"), f"at most {limits.max_messages} messages", "too_many"
+                )
+            ],
         )
     oversize = [
         FieldError(

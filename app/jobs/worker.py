@@ -109,9 +109,7 @@ class Worker:
     async def _claim_safely(self) -> Job | None:
         try:
             async with self.engine.begin() as conn:
-                return await queue.claim(
-                    conn, worker=self.name, lease_s=self.settings.job_lease_s
-                )
+                return await queue.claim(conn, worker=self.name, lease_s=self.settings.job_lease_s)
         except (OSError, DBAPIError, OperationalError) as exc:
             log.warning("job claim failed, database unavailable? %s", exc)
             return None
@@ -192,7 +190,8 @@ class Worker:
                 conn = await asyncpg.connect(asyncpg_dsn(self.engine))
                 await conn.add_listener(queue.CHANNEL, lambda *_: wake.set())
                 while not stop.is_set() and not conn.is_closed():
-                    await asyncio.sleep(self.settings.job_poll_interval_s)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), self.settings.job_poll_interval_s)
             except (OSError, asyncpg.PostgresError) as exc:
                 log.debug("LISTEN unavailable (%s); polling only", exc)
                 await asyncio.sleep(self.settings.job_poll_interval_s * 5)

@@ -81,7 +81,9 @@ async def get_state(conn: AsyncConnection, *, tenant: str, session: str) -> Stat
     if row is None:
         return StateOut(version=0, state={}, updated_at=None, rendered="")
     return StateOut(
-        version=row.version, state=_json(row.state), updated_at=row.updated_at,
+        version=row.version,
+        state=_json(row.state),
+        updated_at=row.updated_at,
         rendered=row.rendered,
     )
 

@@ -141,9 +141,7 @@ def upgrade() -> None:
         "jobs",
         sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
         sa.Column("tenant_id", sa.Text, nullable=False),
-        sa.Column(
-            "session_id", sa.BigInteger, sa.ForeignKey("sessions.id", ondelete="CASCADE")
-        ),
+        sa.Column("session_id", sa.BigInteger, sa.ForeignKey("sessions.id", ondelete="CASCADE")),
         sa.Column("kind", sa.Text, nullable=False),
         sa.Column("payload", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
         sa.Column("status", sa.Text, nullable=False, server_default="queued"),
@@ -161,7 +159,10 @@ def upgrade() -> None:
         ),
     )
     op.create_index(
-        "jobs_runnable_idx", "jobs", ["run_after", "id"], postgresql_where=sa.text("status = 'queued'")
+        "jobs_runnable_idx",
+        "jobs",
+        ["run_after", "id"],
+        postgresql_where=sa.text("status = 'queued'"),
     )
     op.create_index(
         "jobs_lease_idx", "jobs", ["locked_until"], postgresql_where=sa.text("status = 'running'")

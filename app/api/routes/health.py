@@ -35,11 +35,13 @@ async def readyz(request: Request, engine: EngineDep) -> JSONResponse:
 
 def _not_ready(detail: str) -> JSONResponse:
     return JSONResponse(
-        {"type": "https://mnemo.dev/problems/not-ready", "title": "Not ready", "status": 503,
-         "detail": detail},
+        {
+            "type": "https://mnemo.dev/problems/not-ready",
+            "title": "Not ready",
+            "status": 503,
+            "detail": detail,
+        },
         status_code=503,
         media_type="application/problem+json",
         headers={"Retry-After": "2"},
     )
-
-

@@ -12,8 +12,8 @@ from app.api.schemas import ContextOut, SessionOut, StateOut, TurnsIn, TurnsOut,
 from app.context.service import build_context
 from app.core.tokens import count_message_tokens
 from app.ingest import service as ingest
-from app.ingest.validate import Limits, check_messages
 from app.ingest.triggers import policy_from_settings
+from app.ingest.validate import Limits, check_messages
 from app.sessions import repo
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -36,9 +36,7 @@ async def post_turns(
         Limits(settings.max_messages_per_request, settings.max_content_chars),
     )
     if len(body.messages) > THREAD_COUNT_THRESHOLD:
-        turns = await anyio.to_thread.run_sync(
-            ingest.prepare, body.messages, count_message_tokens
-        )
+        turns = await anyio.to_thread.run_sync(ingest.prepare, body.messages, count_message_tokens)
     else:
         turns = ingest.prepare(body.messages, count_message_tokens)
     async with engine.begin() as conn:
@@ -54,7 +52,9 @@ async def post_turns(
 
 
 @router.get("/{session_id}", response_model=SessionOut)
-async def get_session(session_id: SessionIdPath, conn: ReadConnDep, tenant: TenantDep) -> SessionOut:
+async def get_session(
+    session_id: SessionIdPath, conn: ReadConnDep, tenant: TenantDep
+) -> SessionOut:
     return await repo.get_session(conn, tenant=tenant, session=session_id)
 
 
@@ -91,7 +91,9 @@ async def list_turns(
 
 
 @router.delete("/{session_id}", status_code=204)
-async def delete_session(session_id: SessionIdPath, engine: EngineDep, tenant: TenantDep) -> Response:
+async def delete_session(
+    session_id: SessionIdPath, engine: EngineDep, tenant: TenantDep
+) -> Response:
     async with engine.begin() as conn:
         await repo.delete_session(conn, tenant=tenant, session=session_id)
     return Response(status_code=204)

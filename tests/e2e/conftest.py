@@ -1,0 +1,85 @@
+"""Start the real `mnemo serve` as a subprocess on a free port."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    url: str
+    started_in_s: float
+    log: Path
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def start_server(
+    data_dir: Path, *, env: dict[str, str] | None = None, timeout_s: float = 60
+) -> Server:
+    port = free_port()
+    log = data_dir / f"serve-{port}.log"
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMO_")}
+    full_env.update({"MNEMO_DATA_DIR": str(data_dir), "MNEMO_JOB_POLL_INTERVAL_S": "0.2"})
+    full_env.update(env or {})
+    t0 = time.monotonic()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+        )
+    url = f"http://127.0.0.1:{port}"
+    while time.monotonic() - t0 < timeout_s:
+        if process.poll() is not None:
+            raise RuntimeError(f"mnemo serve exited early:\n{log.read_text()}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                return Server(process, url, time.monotonic() - t0, log)
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"mnemo serve not ready in {timeout_s}s:\n{log.read_text()}")
+
+
+def stop_embedded_postgres(data_dir: Path) -> None:
+    """A SIGKILLed Mnemo leaves its embedded Postgres running (by design); end it here."""
+    pid_file = data_dir / "pg" / "postmaster.pid"
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGINT)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+    stop_embedded_postgres(tmp_path)

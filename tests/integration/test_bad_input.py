@@ -1,0 +1,131 @@
+"""Bad input: problem+json naming the field at fault, and nothing stored."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.conftest import make_settings, post_turns
+from tests.integration.test_ingest import count_turns
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+CASES = [
+    ("unknown role", [{"role": "robot", "content": "x"}], 422, "body.messages.0.role"),
+    (
+        "tool without call id",
+        [{"role": "tool", "content": "x"}],
+        422,
+        "body.messages.0.tool_call_id",
+    ),
+    (
+        "invalid tool-call arguments",
+        [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{**CALL, "function": {"name": "f", "arguments": "{oops"}}],
+            }
+        ],
+        422,
+        "body.messages.0.tool_calls.0.function.arguments",
+    ),
+    (
+        "null content from a user",
+        [{"role": "user", "content": None}],
+        422,
+        "body.messages.0.content",
+    ),
+    (
+        "tool calls on a user message",
+        [{"role": "user", "content": "x", "tool_calls": [CALL]}],
+        422,
+        "body.messages.0.tool_calls",
+    ),
+    (
+        "bad message id",
+        [{"role": "user", "content": "x", "id": "has space"}],
+        422,
+        "body.messages.0.id",
+    ),
+    (
+        "unknown field",
+        [{"role": "user", "content": "x", "colour": "red"}],
+        422,
+        "body.messages.0.colour",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "messages", "status", "field"), CASES, ids=[c[0] for c in CASES])
+async def test_bad_message_is_refused_whole(
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    name: str,
+    messages: list,
+    status: int,
+    field: str,
+) -> None:
+    good = {"role": "user", "content": "this one is fine", "id": "ok-1"}
+    r = await post_turns(client, "s-bad", [good, *messages])
+    # The good message is first, so the bad one sits at index 1.
+    field = field.replace("messages.0", "messages.1")
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    problem = r.json()
+    assert {"type", "title", "status", "detail"} <= problem.keys()
+    assert field in [e["field"] for e in problem["errors"]], problem
+    assert await count_turns(engine) == 0
+
+
+async def test_bad_ids_in_path_and_body(client: httpx.AsyncClient) -> None:
+    r = await post_turns(client, "bad id!", [{"role": "user", "content": "x"}])
+    assert r.status_code in (404, 422)
+    r = await post_turns(client, "s", [{"role": "user", "content": "x"}], user="x" * 129)
+    assert r.status_code == 422
+    assert "body.user_id" in [e["field"] for e in r.json()["errors"]]
+    r = await client.get("/v1/sessions/" + "y" * 129)
+    assert r.status_code == 422
+
+
+async def test_empty_and_malformed_bodies(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/sessions/s/turns", json={"user_id": "u", "messages": []})
+    assert r.status_code == 422
+    r = await client.post(
+        "/v1/sessions/s/turns", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422
+
+
+async def test_limits_are_413_and_say_the_limit(db_url: str, engine: AsyncEngine) -> None:
+    from app.main import create_app
+
+    settings = make_settings(
+        db_url, max_messages_per_request=3, max_content_chars=100, max_body_bytes=2048
+    )
+    app = create_app(settings, database_url=db_url, engine=engine)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://m") as c:
+            many = [{"role": "user", "content": "x"}] * 4
+            r = await post_turns(c, "s", many)
+            assert r.status_code == 413 and "3" in r.json()["detail"]
+            assert r.json()["errors"][0]["field"] == "body.messages"
+
+            r = await post_turns(c, "s", [{"role": "user", "content": "y" * 101}])
+            assert r.status_code == 413
+            assert r.json()["errors"][0]["field"] == "body.messages.0.content"
+            assert "100" in r.json()["errors"][0]["msg"]
+
+            r = await post_turns(c, "s", [{"role": "user", "content": "z" * 90}] * 3 * 10)
+            assert r.status_code == 413
+            assert r.json()["errors"][0]["field"] == "body"
+    assert await count_turns(engine) == 0
+
+
+async def test_context_budget_bounds(client: httpx.AsyncClient) -> None:
+    await post_turns(client, "s", [{"role": "user", "content": "x"}])
+    r = await client.get("/v1/sessions/s/context", params={"max_tokens": 10})
+    assert r.status_code == 422
+    assert "query.max_tokens" in [e["field"] for e in r.json()["errors"]]

@@ -1,0 +1,246 @@
+"""The Postgres job queue and worker, end to end on a real database."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.core.config import Settings
+from app.jobs import queue
+from app.jobs.handlers import default_handlers
+from app.jobs.worker import JobContext, Worker
+from tests.conftest import make_settings, post_turns
+
+
+async def job_rows(engine: AsyncEngine) -> list:
+    async with engine.connect() as conn:
+        return list((await conn.execute(text("SELECT * FROM jobs ORDER BY id"))).mappings().all())
+
+
+async def new_session(client: httpx.AsyncClient, engine: AsyncEngine, name: str = "s") -> int:
+    await post_turns(client, name, [{"role": "user", "content": "hi"}])
+    async with engine.connect() as conn:
+        return int(
+            (
+                await conn.execute(
+                    text("SELECT id FROM sessions WHERE external_id=:n"), {"n": name}
+                )
+            ).scalar_one()
+        )
+
+
+async def enqueue(
+    engine: AsyncEngine, kind: str, session_id: int | None, attempts: int = 3
+) -> int | None:
+    async with engine.begin() as conn:
+        return await queue.enqueue(
+            conn, tenant_id="default", session_id=session_id, kind=kind, max_attempts=attempts
+        )
+
+
+def worker(engine: AsyncEngine, settings: Settings, handlers: dict, name: str = "w1") -> Worker:
+    return Worker(engine=engine, handlers=handlers, settings=settings, name=name)
+
+
+async def test_trigger_enqueues_one_compression_in_the_ingest_transaction(
+    db_url: str, engine: AsyncEngine
+) -> None:
+    from app.main import create_app
+
+    settings = make_settings(
+        db_url,
+        model_window_tokens=1024,
+        system_prompt_tokens=0,
+        tool_schema_tokens=0,
+        reserved_output_tokens=700,
+    )
+    app = create_app(settings, database_url=db_url, engine=engine)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://m"
+        ) as c:
+            small = [{"role": "user", "content": "short"}] * 8
+            r = (await post_turns(c, "s", small)).json()
+            assert r["compression_scheduled"] is False
+            big = [{"role": "user", "content": "many words here " * 80}]
+            r = (await post_turns(c, "s", big)).json()
+            assert r["compression_scheduled"] is True and r["trigger"] == "token_threshold"
+            r = (await post_turns(c, "s", big)).json()
+            assert r["compression_scheduled"] is True
+            assert (await c.get("/v1/sessions/s")).json()["pending_jobs"] == 1
+    jobs = await job_rows(engine)
+    # The second trigger found a compression already waiting: still one job.
+    assert [(j["kind"], j["status"]) for j in jobs] == [("compress", "queued")]
+    assert jobs[0]["payload"] == {"trigger": "token_threshold"}
+
+
+async def test_failing_job_is_retried_with_backoff_then_dead(
+    client: httpx.AsyncClient, engine: AsyncEngine, settings: Settings
+) -> None:
+    sid = await new_session(client, engine)
+    calls = 0
+
+    async def always_fails(ctx: JobContext) -> None:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("boom")
+
+    w = worker(engine, settings, {"flaky": always_fails})
+    await enqueue(engine, "flaky", sid, attempts=3)
+    assert (await w.run_once()) is not None
+    [job] = await job_rows(engine)
+    assert job["status"] == "queued" and job["attempts"] == 1
+    assert "RuntimeError: boom" in job["last_error"]
+    assert job["run_after"] > job["updated_at"]  # not due before the backoff
+    assert await w.run_once() is None  # backoff not yet elapsed
+    for _ in range(2):
+        await asyncio.sleep(0.25)
+        assert await w.run_once() is not None
+    [job] = await job_rows(engine)
+    assert job["status"] == "dead" and job["attempts"] == 3 and calls == 3
+    assert "max_attempts" in job["last_error"]
+    await asyncio.sleep(0.3)
+    assert await w.run_once() is None  # dead jobs stay dead
+
+
+async def test_unknown_kind_goes_to_dead_letter(
+    client: httpx.AsyncClient, engine: AsyncEngine, settings: Settings
+) -> None:
+    await enqueue(engine, "mystery", None)
+    await worker(engine, settings, {}).run_once()
+    [job] = await job_rows(engine)
+    assert job["status"] == "dead" and "no handler" in job["last_error"]
+
+
+async def test_stalled_job_is_reclaimed_and_applied_once(
+    client: httpx.AsyncClient, engine: AsyncEngine, db_url: str
+) -> None:
+    sid = await new_session(client, engine)
+    settings = make_settings(db_url, job_lease_s=0.3)
+    release = asyncio.Event()
+
+    async def apply_marker(conn: AsyncConnection) -> None:
+        await conn.execute(
+            text("UPDATE sessions SET compressions = compressions + 1 WHERE id = :s"), {"s": sid}
+        )
+
+    async def slow(ctx: JobContext) -> None:
+        await release.wait()  # a worker that hangs past its lease
+        await ctx.commit(apply_marker)
+
+    async def fast(ctx: JobContext) -> None:
+        await ctx.commit(apply_marker)
+
+    stuck = worker(engine, settings, {"work": slow}, "stuck")
+    rescuer = worker(engine, settings, {"work": fast}, "rescuer")
+    await enqueue(engine, "work", sid)
+    # Heartbeats would keep the lease alive; a hung event loop would not. Simulate that.
+    stuck._heartbeat = _no_heartbeat  # type: ignore[method-assign]
+    stuck_task = asyncio.create_task(stuck.run_once())
+    await asyncio.sleep(0.1)
+    assert await rescuer.run_once() is None  # lease still valid: nobody else takes it
+    await asyncio.sleep(0.4)
+    assert (await rescuer.run_once()) is not None  # lease expired: re-claimed
+    release.set()
+    await stuck_task  # its commit finds the job no longer its own and rolls back
+    [job] = await job_rows(engine)
+    assert job["status"] == "done" and job["locked_by"] == "rescuer" and job["attempts"] == 2
+    async with engine.connect() as conn:
+        applied = (await conn.execute(text("SELECT compressions FROM sessions"))).scalar_one()
+    assert applied == 1
+
+
+async def _no_heartbeat(job: object) -> None:
+    await asyncio.Event().wait()
+
+
+async def test_commit_then_crash_is_not_applied_twice(
+    client: httpx.AsyncClient, engine: AsyncEngine, settings: Settings
+) -> None:
+    sid = await new_session(client, engine)
+
+    async def commits_then_fails(ctx: JobContext) -> None:
+        async def apply(conn: AsyncConnection) -> None:
+            await conn.execute(text("UPDATE sessions SET compressions = compressions + 1"))
+
+        await ctx.commit(apply)
+        raise RuntimeError("after the commit")
+
+    w = worker(engine, settings, {"work": commits_then_fails})
+    await enqueue(engine, "work", sid)
+    await w.run_once()
+    await asyncio.sleep(0.2)
+    assert await w.run_once() is None
+    [job] = await job_rows(engine)
+    assert job["status"] == "done"
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT compressions FROM sessions"))).scalar_one() == 1
+
+
+async def test_one_running_job_per_session_and_kind(
+    client: httpx.AsyncClient, engine: AsyncEngine, settings: Settings
+) -> None:
+    sid = await new_session(client, engine, "a")
+    other = await new_session(client, engine, "b")
+    gate = asyncio.Event()
+
+    async def blocked(ctx: JobContext) -> None:
+        await gate.wait()
+
+    w1 = worker(engine, settings, {"compress": blocked}, "w1")
+    w2 = worker(engine, settings, {"compress": blocked}, "w2")
+    await enqueue(engine, "compress", sid)
+    first = asyncio.create_task(w1.run_once())
+    await asyncio.sleep(0.1)
+    assert await enqueue(engine, "compress", sid) is not None  # may wait while one runs
+    assert await enqueue(engine, "compress", sid) is None  # but only one waits
+    await enqueue(engine, "compress", other)
+    second = asyncio.create_task(w2.run_once())
+    await asyncio.sleep(0.1)
+    running = [j for j in await job_rows(engine) if j["status"] == "running"]
+    # w2 skipped the waiting job of session a and took session b's.
+    assert sorted(j["session_id"] for j in running) == sorted([sid, other])
+    gate.set()
+    await asyncio.gather(first, second)
+    assert (await w2.run_once()) is not None  # now session a's second job runs
+    assert {j["status"] for j in await job_rows(engine)} == {"done"}
+
+
+async def test_notify_wakes_an_idle_worker(
+    client: httpx.AsyncClient, engine: AsyncEngine, db_url: str
+) -> None:
+    sid = await new_session(client, engine)
+    # Polling alone would take a minute; only NOTIFY can make this quick.
+    settings = make_settings(db_url, job_poll_interval_s=60)
+    done = asyncio.Event()
+
+    async def handler(ctx: JobContext) -> None:
+        done.set()
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker(engine, settings, {"ping": handler}).run(stop))
+    await asyncio.sleep(0.5)  # the worker has polled once and is now waiting
+    await enqueue(engine, "ping", sid)
+    try:
+        await asyncio.wait_for(done.wait(), timeout=10)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=5)
+
+
+async def test_recount_handler_repairs_the_token_counter(
+    client: httpx.AsyncClient, engine: AsyncEngine, settings: Settings
+) -> None:
+    sid = await new_session(client, engine)
+    async with engine.begin() as conn:
+        expected = (await conn.execute(text("SELECT history_tokens FROM sessions"))).scalar_one()
+        await conn.execute(text("UPDATE sessions SET history_tokens = 999999"))
+    await enqueue(engine, "recount_tokens", sid)
+    await worker(engine, settings, default_handlers()).run_once()
+    async with engine.connect() as conn:
+        assert (
+            await conn.execute(text("SELECT history_tokens FROM sessions"))
+        ).scalar_one() == expected
