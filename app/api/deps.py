@@ -6,12 +6,14 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.api.schemas import ID_PATTERN
+from app.auth.guard import Guard
+from app.auth.keys import Principal
 from app.core.config import Settings
-
-DEFAULT_TENANT = "default"
+from app.core.errors import Forbidden
 
 
 def get_settings(request: Request) -> Settings:
@@ -24,9 +26,27 @@ def get_engine(request: Request) -> AsyncEngine:
     return engine
 
 
-async def get_tenant(request: Request) -> str:
-    # One tenant until API keys exist; the key→tenant binding plugs in here.
-    return DEFAULT_TENANT
+bearer = HTTPBearer(auto_error=False, description="An API key from `mnemo keys create`.")
+
+
+async def get_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Principal:
+    guard: Guard = request.app.state.guard
+    principal = await guard.principal(credentials.credentials if credentials else None)
+    request.state.tenant = principal.tenant_id
+    return principal
+
+
+async def get_tenant(principal: Annotated[Principal, Depends(get_principal)]) -> str:
+    return principal.tenant_id
+
+
+async def require_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    if principal.scope != "admin":
+        raise Forbidden("this operation needs a key with the admin scope")
+    return principal
 
 
 async def read_connection(
@@ -38,7 +58,9 @@ async def read_connection(
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 EngineDep = Annotated[AsyncEngine, Depends(get_engine)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
 TenantDep = Annotated[str, Depends(get_tenant)]
+AdminDep = Annotated[Principal, Depends(require_admin)]
 ReadConnDep = Annotated[AsyncConnection, Depends(read_connection)]
 SessionIdPath = Annotated[
     str, Path(pattern=ID_PATTERN, description="Client-chosen session id, 1–128 of [A-Za-z0-9._:@-]")

@@ -66,7 +66,11 @@ def _is_db_unavailable(exc: BaseException) -> bool:
 def install(app: FastAPI) -> None:
     @app.exception_handler(MnemoError)
     async def _mnemo(_: Request, exc: MnemoError) -> JSONResponse:
-        headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.status == 503 else None
+        headers = None
+        if exc.status == 503:
+            headers = {"Retry-After": str(RETRY_AFTER_S)}
+        elif exc.status == 401:
+            headers = {"WWW-Authenticate": 'Bearer realm="mnemo"'}
         return problem(
             exc.status,
             exc.title,

@@ -27,6 +27,10 @@ class Settings(BaseSettings):
     # HTTP
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
+    insecure_allow_no_keys: bool = Field(
+        default=False,
+        description="Let `mnemo serve` bind a non-loopback address with no API keys (unsafe).",
+    )
     embedded_worker: bool = Field(
         default=True, description="Run the job worker inside `mnemo serve`."
     )

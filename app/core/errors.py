@@ -1,6 +1,8 @@
 """Mnemo's exception hierarchy. One handler maps these to problem+json.
 
 MnemoError
+├── Unauthorized        401 — missing or invalid API key (when keys exist)
+├── Forbidden           403 — the key's scope does not allow this
 ├── NotFound            404 — unknown (or another tenant's) session, user, event
 ├── Conflict            409 — session bound to another user
 ├── InvalidInput        422 — a field at fault, with its location
@@ -40,6 +42,18 @@ class MnemoError(Exception):
 
     def __str__(self) -> str:
         return self.detail
+
+
+class Unauthorized(MnemoError):
+    status = 401
+    title = "Unauthorized"
+    slug = "unauthorized"
+
+
+class Forbidden(MnemoError):
+    status = 403
+    title = "Forbidden"
+    slug = "forbidden"
 
 
 class NotFound(MnemoError):

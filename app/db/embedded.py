@@ -26,8 +26,10 @@ def start_embedded(data_dir: Path) -> str:
 
     pgdata = (data_dir / "pg").resolve()
     pgdata.mkdir(parents=True, exist_ok=True)
-    # Running as root, pgserver runs postgres as a separate user that must reach the folder.
-    for parent in [pgdata, *pgdata.parents]:
+    # Running as root, pgserver runs postgres as a separate user that must be able to
+    # traverse the folders above the data directory (never the directory itself:
+    # postgres insists it stays 0700).
+    for parent in pgdata.parents:
         if parent == Path("/"):
             break
         try:

@@ -171,3 +171,17 @@ jobs = Table(
         postgresql_where=text("status = 'running' AND session_id IS NOT NULL"),
     ),
 )
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", Text, primary_key=True),  # the public part of the key: "mk_<id>_…"
+    Column("tenant_id", Text, nullable=False),
+    Column("scope", Text, nullable=False),
+    # sha256 of the whole key: keys are 256-bit random, so a slow KDF buys nothing.
+    Column("key_hash", Text, nullable=False),
+    Column("label", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("revoked_at", DateTime(timezone=True)),
+    CheckConstraint("scope IN ('agent', 'admin')", name="api_keys_scope_check"),
+)

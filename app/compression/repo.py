@@ -1,0 +1,179 @@
+"""The compressor's reads and its one atomic write."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.compression.state import TaskState, TurnView
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one compression starts from."""
+
+    session_pk: int
+    tenant_id: str
+    user_pk: int
+    version: int
+    state: TaskState
+    compressions: int
+    live: list[tuple[int, str, int, TurnView]]  # (turn pk, external id, tokens, view)
+
+
+@dataclass(frozen=True)
+class Applied:
+    event_id: int
+    version: int
+
+
+class StaleSnapshot(Exception):
+    """The state moved on since the snapshot (another compression won); retry from scratch."""
+
+
+# snapshot_head: the session and its current state.
+SNAPSHOT_HEAD = text("""
+    SELECT s.id, s.tenant_id, s.user_id, s.compressions,
+           coalesce(ts.version, 0) AS version, ts.state
+    FROM sessions s LEFT JOIN task_states ts ON ts.session_id = s.id
+    WHERE s.id = :sid
+""")
+
+# live_turns: every turn not yet compacted, oldest first.
+LIVE_TURNS = text("""
+    SELECT id, external_id, seq, role, content, tool_calls, tool_call_id, name, tokens,
+           emphasized, metadata, created_at
+    FROM turns WHERE session_id = :sid AND NOT compacted ORDER BY seq
+""")
+
+# lock_state: the row every compression of this session serialises on.
+LOCK_STATE = text("""
+    SELECT s.id, coalesce(ts.version, 0) AS version
+    FROM sessions s LEFT JOIN task_states ts ON ts.session_id = s.id
+    WHERE s.id = :sid
+    FOR UPDATE OF s
+""")
+
+UPSERT_STATE = text("""
+    INSERT INTO task_states (session_id, version, state, rendered, rendered_tokens, updated_at)
+    VALUES (:sid, :version, CAST(:state AS jsonb), :rendered, :rendered_tokens, now())
+    ON CONFLICT (session_id) DO UPDATE
+    SET version = EXCLUDED.version, state = EXCLUDED.state, rendered = EXCLUDED.rendered,
+        rendered_tokens = EXCLUDED.rendered_tokens, updated_at = now()
+""")
+
+INSERT_EVENT = text("""
+    INSERT INTO compression_events (session_id, trigger, tier, state_version, turn_ids, turn_seqs,
+        input_tokens, output_tokens, ratio, duration_ms, extractor, fallback_reason, units,
+        rendered_state, change_summary, job_id)
+    VALUES (:sid, :trigger, :tier, :version, CAST(:turn_ids AS jsonb), CAST(:turn_seqs AS jsonb),
+        :input_tokens, :output_tokens, :ratio, :duration_ms, :extractor, :fallback_reason,
+        CAST(:units AS jsonb), :rendered_state, :change_summary, :job_id)
+    RETURNING id
+""")
+
+# compact_turns: mark the taken turns; only those still live (a retried job is a no-op).
+COMPACT_TURNS = text("""
+    UPDATE turns SET compacted = true, event_id = :event_id
+    WHERE session_id = :sid AND id = ANY(CAST(:ids AS bigint[])) AND NOT compacted
+    RETURNING tokens
+""")
+
+BUMP_SESSION = text("""
+    UPDATE sessions SET history_tokens = greatest(history_tokens - :tokens, 0),
+                        compressions = compressions + 1, last_compression_at = now()
+    WHERE id = :sid
+""")
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+async def snapshot(conn: AsyncConnection, *, session_pk: int) -> Snapshot | None:
+    head = (await conn.execute(SNAPSHOT_HEAD, {"sid": session_pk})).first()
+    if head is None:
+        return None
+    raw_state = _json(head.state) if head.state is not None else {}
+    live = [
+        (
+            r.id,
+            r.external_id,
+            r.tokens,
+            TurnView(
+                seq=r.seq,
+                role=r.role,
+                content=r.content,
+                tool_calls=_json(r.tool_calls),
+                tool_call_id=r.tool_call_id,
+                name=r.name,
+                emphasized=r.emphasized,
+                created_at=r.created_at,
+                metadata=_json(r.metadata) or {},
+            ),
+        )
+        for r in await conn.execute(LIVE_TURNS, {"sid": session_pk})
+    ]
+    return Snapshot(
+        session_pk=head.id,
+        tenant_id=head.tenant_id,
+        user_pk=head.user_id,
+        version=head.version,
+        state=TaskState.model_validate(raw_state or {}),
+        compressions=head.compressions,
+        live=live,
+    )
+
+
+async def apply_compression(
+    conn: AsyncConnection,
+    *,
+    snap: Snapshot,
+    state: TaskState,
+    rendered: str,
+    rendered_tokens: int,
+    turn_pks: list[int],
+    event: dict[str, Any],
+) -> Applied:
+    """In the caller's transaction: new state version, event, turns compacted, counters."""
+    locked = (await conn.execute(LOCK_STATE, {"sid": snap.session_pk})).first()
+    if locked is None or locked.version != snap.version:
+        raise StaleSnapshot(f"state version moved from {snap.version}")
+    version = snap.version + 1
+    await conn.execute(
+        UPSERT_STATE,
+        {
+            "sid": snap.session_pk,
+            "version": version,
+            "state": json.dumps(state.model_dump(mode="json"), ensure_ascii=False),
+            "rendered": rendered,
+            "rendered_tokens": rendered_tokens,
+        },
+    )
+    event_id = (
+        await conn.execute(
+            INSERT_EVENT,
+            {
+                "sid": snap.session_pk,
+                "version": version,
+                **event,
+                "turn_ids": json.dumps(event["turn_ids"]),
+                "turn_seqs": json.dumps(event["turn_seqs"]),
+                "units": json.dumps(event["units"], ensure_ascii=False),
+            },
+        )
+    ).scalar_one()
+    tokens = [
+        r.tokens
+        for r in await conn.execute(
+            COMPACT_TURNS, {"sid": snap.session_pk, "ids": turn_pks, "event_id": event_id}
+        )
+    ]
+    if len(tokens) != len(turn_pks):
+        raise StaleSnapshot("some turns were compacted meanwhile")
+    await conn.execute(BUMP_SESSION, {"sid": snap.session_pk, "tokens": sum(tokens)})
+    return Applied(event_id=event_id, version=version)
