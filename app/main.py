@@ -13,12 +13,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.api import problems
 from app.api.limits import BodyLimitMiddleware
 from app.api.routes import health, sessions
+from app.observability.metrics import Metrics
+from app.observability.middleware import ObservabilityMiddleware
 from app.auth.guard import Guard
 from app.core.config import Settings
 from app.db.engine import make_engine
 from app.db.migrate import head_revision
 from app.jobs.handlers import default_handlers
-from app.jobs.worker import Worker
+from app.jobs.worker import Worker, metrics_on_job_event
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,12 @@ def create_app(
         stop = asyncio.Event()
         worker_task = None
         if settings.embedded_worker:
-            worker = Worker(engine=app.state.engine, handlers=default_handlers(), settings=settings)
+            worker = Worker(
+                engine=app.state.engine,
+                handlers=default_handlers(),
+                settings=settings,
+                on_event=metrics_on_job_event(metrics),
+            )
             worker_task = asyncio.create_task(worker.run(stop))
         try:
             yield
@@ -60,9 +67,12 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
     )
+    metrics = Metrics()
     app.state.settings = settings
+    app.state.metrics = metrics
     app.state.head_revision = head_revision()
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ObservabilityMiddleware, metrics=metrics)
     problems.install(app)
     app.include_router(health.router)
     app.include_router(sessions.router)

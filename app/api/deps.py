@@ -14,11 +14,17 @@ from app.auth.guard import Guard
 from app.auth.keys import Principal
 from app.core.config import Settings
 from app.core.errors import Forbidden
+from app.observability.metrics import Metrics
 
 
 def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
+
+
+def get_metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
 
 
 def get_engine(request: Request) -> AsyncEngine:
@@ -58,6 +64,7 @@ async def read_connection(
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 EngineDep = Annotated[AsyncEngine, Depends(get_engine)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 TenantDep = Annotated[str, Depends(get_tenant)]
 AdminDep = Annotated[Principal, Depends(require_admin)]

@@ -98,6 +98,9 @@ class ContextOut(BaseModel):
     blocks: list[ContextBlock]
     tokens: int
     max_tokens: int
+    full_history_tokens: int = Field(
+        description="What the whole raw history would cost: the baseline this context replaces."
+    )
 
 
 class StateOut(BaseModel):

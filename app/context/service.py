@@ -23,7 +23,8 @@ RECENT_FETCH_LIMIT = 400
 
 # context_head: the session, its owner and its rendered state, in one round trip.
 CONTEXT_HEAD = text("""
-    SELECT s.id, u.external_id AS user_external, coalesce(ts.version, 0) AS version,
+    SELECT s.id, u.external_id AS user_external, s.total_tokens,
+           coalesce(ts.version, 0) AS version,
            coalesce(ts.rendered, '') AS rendered
     FROM sessions s
     JOIN users u ON u.id = s.user_id
@@ -73,4 +74,5 @@ async def build_context(
         blocks=[ContextBlock(kind=k, tokens=t) for k, t in packed.blocks],
         tokens=packed.tokens,
         max_tokens=max_tokens,
+        full_history_tokens=head.total_tokens,
     )

@@ -73,6 +73,7 @@ class Settings(BaseSettings):
 
     # Logging
     log_level: str = "INFO"
+    log_json: bool = Field(default=True, description="One JSON object per log line.")
 
     @property
     def history_budget_tokens(self) -> int:

@@ -212,3 +212,12 @@ async def _first(*aws: Awaitable[Any]) -> None:
     finally:
         for t in tasks:
             t.cancel()
+
+
+def metrics_on_job_event(metrics: Any) -> Callable[[str, Job, dict[str, Any]], None]:
+    """Count job outcomes (done, retry, dead, lease_lost) by kind."""
+
+    def on_event(what: str, job: Job, data: dict[str, Any]) -> None:
+        metrics.jobs.labels(job.kind, what).inc()
+
+    return on_event

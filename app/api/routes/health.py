@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from app.api.deps import EngineDep
+from app.observability.metrics import Metrics, refresh_queue_gauges
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["operations"])
 
 VERSION = text("SELECT version_num FROM alembic_version")
@@ -45,3 +51,14 @@ def _not_ready(detail: str) -> JSONResponse:
         media_type="application/problem+json",
         headers={"Retry-After": "2"},
     )
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(request: Request, engine: EngineDep) -> Response:
+    """Prometheus text format. Queue gauges are read from the database at scrape time."""
+    registry: Metrics = request.app.state.metrics
+    try:
+        await refresh_queue_gauges(registry, engine)
+    except (OSError, DBAPIError) as exc:  # the process metrics are still worth serving
+        log.warning("queue gauges not refreshed: %s", exc)
+    return Response(generate_latest(registry.registry), media_type=CONTENT_TYPE_LATEST)

@@ -7,7 +7,14 @@ from typing import Annotated
 import anyio
 from fastapi import APIRouter, Query, Response
 
-from app.api.deps import EngineDep, ReadConnDep, SessionIdPath, SettingsDep, TenantDep
+from app.api.deps import (
+    EngineDep,
+    MetricsDep,
+    ReadConnDep,
+    SessionIdPath,
+    SettingsDep,
+    TenantDep,
+)
 from app.api.schemas import ContextOut, SessionOut, StateOut, TurnsIn, TurnsOut, TurnsPage
 from app.context.service import build_context
 from app.core.tokens import count_message_tokens
@@ -27,6 +34,7 @@ async def post_turns(
     session_id: SessionIdPath,
     body: TurnsIn,
     settings: SettingsDep,
+    metrics: MetricsDep,
     engine: EngineDep,
     tenant: TenantDep,
 ) -> TurnsOut:
@@ -40,7 +48,7 @@ async def post_turns(
     else:
         turns = ingest.prepare(body.messages, count_message_tokens)
     async with engine.begin() as conn:
-        return await ingest.ingest_turns(
+        out = await ingest.ingest_turns(
             conn,
             tenant=tenant,
             session=session_id,
@@ -49,6 +57,8 @@ async def post_turns(
             policy=policy_from_settings(settings),
             job_max_attempts=settings.job_max_attempts,
         )
+    metrics.turns_ingested.inc(sum(not t.duplicate for t in out.turns))
+    return out
 
 
 @router.get("/{session_id}", response_model=SessionOut)
@@ -64,12 +74,16 @@ async def get_context(
     conn: ReadConnDep,
     tenant: TenantDep,
     settings: SettingsDep,
+    metrics: MetricsDep,
     max_tokens: Annotated[int | None, Query(ge=64, le=1_000_000)] = None,
     query: Annotated[str | None, Query(max_length=4000)] = None,
 ) -> ContextOut:
     """The prompt to send before the next LLM call, within ``max_tokens``. Reads only."""
     budget = max_tokens if max_tokens is not None else settings.context_max_tokens
-    return await build_context(conn, tenant=tenant, session=session_id, max_tokens=budget)
+    out = await build_context(conn, tenant=tenant, session=session_id, max_tokens=budget)
+    metrics.context_tokens.observe(out.tokens)
+    metrics.history_tokens.observe(out.full_history_tokens)
+    return out
 
 
 @router.get("/{session_id}/state", response_model=StateOut)

@@ -1,0 +1,105 @@
+"""Prometheus metrics. One registry per app (so tests and replicas never collide)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+TOKEN_BUCKETS = (64, 128, 256, 512, 1000, 2000, 2500, 4000, 8000, 16000, 32000, 64000, 128000)
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.http_latency = Histogram(
+            "mnemo_http_request_duration_seconds",
+            "HTTP request latency by route",
+            ["method", "route", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.turns_ingested = Counter(
+            "mnemo_turns_ingested_total", "Turns stored (duplicates not counted)", registry=r
+        )
+        self.context_tokens = Histogram(
+            "mnemo_context_tokens",
+            "Tokens of each context served",
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.history_tokens = Histogram(
+            "mnemo_history_tokens",
+            "Tokens the full raw history of the session would have cost, per context served",
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.compressions = Counter(
+            "mnemo_compressions_total",
+            "Compressions committed",
+            ["extractor", "trigger"],
+            registry=r,
+        )
+        self.compression_ratio = Histogram(
+            "mnemo_compression_ratio",
+            "Input tokens / rendered state tokens",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=r,
+        )
+        self.compression_duration = Histogram(
+            "mnemo_compression_duration_seconds",
+            "Duration of a compression",
+            ["extractor"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.extractor_fallbacks = Counter(
+            "mnemo_extractor_fallbacks_total",
+            "LLM extraction failures that fell back to rules",
+            registry=r,
+        )
+        self.jobs = Counter("mnemo_jobs_total", "Job outcomes", ["kind", "outcome"], registry=r)
+        self.queue_depth = Gauge("mnemo_job_queue_depth", "Jobs by status", ["status"], registry=r)
+        self.queue_oldest_age = Gauge(
+            "mnemo_job_queue_oldest_age_seconds", "Age of the oldest queued job", registry=r
+        )
+        self.llm_calls = Counter(
+            "mnemo_llm_calls_total", "LLM calls by outcome", ["outcome"], registry=r
+        )
+        self.llm_latency = Histogram(
+            "mnemo_llm_latency_seconds", "LLM call latency", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.memory_hits = Counter(
+            "mnemo_memory_retrieval_hits_total",
+            "Long-term memories placed into contexts",
+            registry=r,
+        )
+        self.memories_expired = Counter(
+            "mnemo_memories_expired_total", "Memories deleted by the TTL sweep", registry=r
+        )
+
+
+# queue_stats: queue depth by status and the age of the oldest waiting job.
+QUEUE_STATS = text("""
+    SELECT status, count(*) AS n,
+           extract(epoch FROM now() - min(created_at)) AS age
+    FROM jobs WHERE status IN ('queued', 'running', 'dead')
+    GROUP BY status
+""")
+
+
+async def refresh_queue_gauges(metrics: Metrics, engine: AsyncEngine) -> None:
+    """Gauges read from the database at scrape time (they are shared by all replicas)."""
+    async with engine.connect() as conn:
+        rows = (await conn.execute(QUEUE_STATS)).all()
+    seen = {r.status: r for r in rows}
+    for status in ("queued", "running", "dead"):
+        metrics.queue_depth.labels(status).set(seen[status].n if status in seen else 0)
+    queued = seen.get("queued")
+    metrics.queue_oldest_age.set(float(queued.age or 0) if queued else 0.0)
