@@ -13,14 +13,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.api import problems
 from app.api.limits import BodyLimitMiddleware
 from app.api.routes import health, sessions
-from app.observability.metrics import Metrics
-from app.observability.middleware import ObservabilityMiddleware
 from app.auth.guard import Guard
 from app.core.config import Settings
 from app.db.engine import make_engine
 from app.db.migrate import head_revision
 from app.jobs.handlers import default_handlers
 from app.jobs.worker import Worker, metrics_on_job_event
+from app.observability.metrics import Metrics
+from app.observability.middleware import ObservabilityMiddleware
 
 log = logging.getLogger(__name__)
 

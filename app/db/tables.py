@@ -8,6 +8,7 @@ query filters by tenant in SQL and tables can later be distributed by tenant.
 
 from __future__ import annotations
 
+from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -25,11 +26,12 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 metadata = MetaData()
 
 NOW = text("now()")
+EMBEDDING_DIM = 512  # the default embedder's (USE multilingual v3); see docs/decisions/0002
 
 users = Table(
     "users",
@@ -57,6 +59,11 @@ sessions = Table(
     Column("total_tokens", BigInteger, nullable=False, server_default="0"),
     Column("compressions", Integer, nullable=False, server_default="0"),
     Column("last_compression_at", DateTime(timezone=True)),
+    # Long-term memory bookkeeping: episodes cover turns up to episode_seq; the newest
+    # user turn's embedding is kept so /context can reuse it instead of embedding.
+    Column("episode_seq", Integer, nullable=False, server_default="0"),
+    Column("last_user_seq", Integer),
+    Column("last_user_embedding", Vector(EMBEDDING_DIM)),
     UniqueConstraint("tenant_id", "external_id", name="sessions_tenant_external_key"),
     Index("sessions_user_idx", "user_id"),
 )
@@ -184,4 +191,50 @@ api_keys = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("revoked_at", DateTime(timezone=True)),
     CheckConstraint("scope IN ('agent', 'admin')", name="api_keys_scope_check"),
+)
+
+memories = Table(
+    "memories",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("user_id", BigInteger, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("text", Text, nullable=False),
+    # Normalised text hash: a restatement in the same words is found without vectors.
+    Column("text_key", Text, nullable=False),
+    Column("pinned", Boolean, nullable=False, server_default="false"),
+    Column("source", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # Episodes belong to a session and go with it; curated memories outlive it.
+    Column("session_id", BigInteger, ForeignKey("sessions.id", ondelete="CASCADE")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("last_confirmed_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("times_confirmed", Integer, nullable=False, server_default="1"),
+    Column("ttl_days", Integer),
+    Column("expires_at", DateTime(timezone=True)),
+    Column("superseded_by", BigInteger),
+    Column("superseded_at", DateTime(timezone=True)),
+    Column("terms", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("embedding", Vector(EMBEDDING_DIM)),
+    Column("embedding_model", Text),
+    Column("embedding_dim", Integer),
+    CheckConstraint(
+        "kind IN ('preference', 'profile', 'rule', 'high_stakes', 'episode', 'fact')",
+        name="memories_kind_check",
+    ),
+    CheckConstraint("NOT pinned OR expires_at IS NULL", name="memories_pinned_never_expire"),
+    # Retrieval filters by user first: live memories of one user.
+    Index(
+        "memories_user_live_idx", "user_id", "kind", postgresql_where=text("superseded_by IS NULL")
+    ),
+    Index(
+        "memories_embedding_hnsw_idx",
+        "embedding",
+        postgresql_using="hnsw",
+        postgresql_ops={"embedding": "vector_cosine_ops"},
+    ),
+    Index("memories_terms_idx", "terms", postgresql_using="gin"),
+    Index("memories_expiry_idx", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
+    Index("memories_session_idx", "session_id", postgresql_where=text("session_id IS NOT NULL")),
 )

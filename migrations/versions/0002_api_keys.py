@@ -25,7 +25,10 @@ def upgrade() -> None:
         sa.Column("key_hash", sa.Text, nullable=False),
         sa.Column("label", sa.Text),
         sa.Column(
-            "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.text("now()")
+            "created_at",
+            sa.DateTime(timezone=True),
+            nullable=False,
+            server_default=sa.text("now()"),
         ),
         sa.Column("revoked_at", sa.DateTime(timezone=True)),
         sa.CheckConstraint("scope IN ('agent', 'admin')", name="api_keys_scope_check"),

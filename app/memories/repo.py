@@ -1,0 +1,360 @@
+"""Memories in Postgres + pgvector: write, confirm, supersede, search, expire, erase.
+
+Search never filters a user *after* an approximate scan (the failure that makes
+other stores return 1–2 of 10 results): a user's candidates come either from an
+exact scan of that user's rows (the common case: a user has at most thousands of
+memories, and the btree on user_id makes that cheap), or, for users with more
+than EXACT_SCAN_MAX rows, from HNSW with pgvector 0.8's iterative scan, which
+keeps scanning until the filter has passed k rows, topped up exactly if short.
+Either way a search returns min(k, rows of that user) results.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+EXACT_SCAN_MAX = 5_000
+HNSW_EF_SEARCH = 100
+HNSW_MAX_SCAN_TUPLES = 50_000
+
+MEMORY_COLUMNS = """
+    m.id, m.kind, m.text, m.pinned, m.source, m.metadata, m.created_at, m.last_confirmed_at,
+    m.times_confirmed, m.expires_at, m.superseded_by, m.session_id, m.embedding_model
+"""
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    id: int
+    kind: str
+    text: str
+    pinned: bool
+    source: dict[str, Any]
+    metadata: dict[str, Any]
+    created_at: datetime
+    last_confirmed_at: datetime
+    times_confirmed: int
+    expires_at: datetime | None
+    superseded_by: int | None
+    session_id: int | None
+    embedding_model: str | None
+    score: float | None = None
+
+
+def _row(r: Any, score: float | None = None) -> MemoryRow:
+    def js(v: Any) -> Any:
+        return json.loads(v) if isinstance(v, str) else (v or {})
+
+    return MemoryRow(
+        id=r.id,
+        kind=r.kind,
+        text=r.text,
+        pinned=r.pinned,
+        source=js(r.source),
+        metadata=js(r.metadata),
+        created_at=r.created_at,
+        last_confirmed_at=r.last_confirmed_at,
+        times_confirmed=r.times_confirmed,
+        expires_at=r.expires_at,
+        superseded_by=r.superseded_by,
+        session_id=r.session_id,
+        embedding_model=r.embedding_model,
+        score=score,
+    )
+
+
+def vector_literal(vector: list[float]) -> str:
+    return "[" + ",".join(f"{x:.6g}" for x in vector) + "]"
+
+
+USER_PK = text("SELECT id FROM users WHERE tenant_id = :tenant AND external_id = :user")
+
+UPSERT_USER = text("""
+    INSERT INTO users (tenant_id, external_id) VALUES (:tenant, :user)
+    ON CONFLICT (tenant_id, external_id) DO UPDATE SET external_id = EXCLUDED.external_id
+    RETURNING id
+""")
+
+INSERT_MEMORY = text("""
+    INSERT INTO memories (tenant_id, user_id, kind, text, text_key, pinned, source, metadata,
+                          session_id, ttl_days, expires_at, terms)
+    VALUES (:tenant, :user_pk, :kind, :text, :text_key, :pinned, CAST(:source AS jsonb),
+            CAST(:metadata AS jsonb), :session_pk, :ttl_days,
+            CASE WHEN :pinned OR :ttl_days IS NULL THEN NULL
+                 ELSE now() + make_interval(days => :ttl_days) END,
+            CAST(:terms AS text[]))
+    RETURNING id
+""")
+
+# confirm: a restatement refreshes the memory instead of duplicating it.
+CONFIRM = text("""
+    UPDATE memories SET last_confirmed_at = now(), times_confirmed = times_confirmed + 1,
+        pinned = pinned OR :pinned,
+        expires_at = CASE WHEN pinned OR :pinned OR ttl_days IS NULL THEN NULL
+                          ELSE now() + make_interval(days => ttl_days) END
+    WHERE id = :id AND user_id = :user_pk
+""")
+
+# supersede: the old memory keeps a pointer to its successor and leaves retrieval.
+SUPERSEDE = text("""
+    UPDATE memories SET superseded_by = :new_id, superseded_at = now()
+    WHERE id = :id AND user_id = :user_pk AND superseded_by IS NULL
+""")
+
+BY_TEXT_KEY = text(f"""
+    SELECT {MEMORY_COLUMNS} FROM memories m
+    WHERE m.user_id = :user_pk AND m.text_key = :text_key AND m.superseded_by IS NULL
+    LIMIT 1
+""")
+
+GET_MEMORY = text(f"""
+    SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id = :id AND m.user_id = :user_pk
+""")
+
+LIST_MEMORIES = text(f"""
+    SELECT {MEMORY_COLUMNS} FROM memories m
+    WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
+      AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
+      AND (m.expires_at IS NULL OR m.expires_at > now())
+    ORDER BY m.pinned DESC, m.last_confirmed_at DESC, m.id DESC
+    LIMIT :limit
+""")
+
+USER_LIVE_COUNT = text("""
+    SELECT count(*) FROM memories WHERE user_id = :user_pk AND superseded_by IS NULL
+""")
+
+# vector_exact: exact cosine ranking over one user's live memories (btree on user_id).
+# The "+ 0" keeps the planner off the HNSW index: this path is meant to be exact.
+VECTOR_EXACT = text(f"""
+    SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> CAST(:q AS vector)) AS score
+    FROM memories m
+    WHERE m.user_id = :user_pk AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
+      AND m.embedding_model = :model
+      AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
+      AND (m.expires_at IS NULL OR m.expires_at > now())
+    ORDER BY (m.embedding <=> CAST(:q AS vector)) + 0
+    LIMIT :k
+""")
+
+# vector_hnsw: approximate, filtered inside the index scan (pgvector iterative scan).
+VECTOR_HNSW = text(f"""
+    SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> CAST(:q AS vector)) AS score
+    FROM memories m
+    WHERE m.user_id = :user_pk AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
+      AND m.embedding_model = :model
+      AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
+      AND (m.expires_at IS NULL OR m.expires_at > now())
+    ORDER BY m.embedding <=> CAST(:q AS vector)
+    LIMIT :k
+""")
+
+# lexical: rows sharing terms with the query (GIN on terms), ranked by shared count.
+LEXICAL = text(f"""
+    SELECT {MEMORY_COLUMNS},
+           cardinality(ARRAY(SELECT unnest(m.terms) INTERSECT
+                             SELECT unnest(CAST(:terms AS text[])))) AS score
+    FROM memories m
+    WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
+      AND m.terms && CAST(:terms AS text[])
+      AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
+      AND (m.expires_at IS NULL OR m.expires_at > now())
+    ORDER BY score DESC, m.last_confirmed_at DESC
+    LIMIT :k
+""")
+
+PINNED_HIGH_STAKES = text(f"""
+    SELECT {MEMORY_COLUMNS} FROM memories m
+    WHERE m.user_id = :user_pk AND m.superseded_by IS NULL AND m.pinned
+      AND m.kind = 'high_stakes'
+    ORDER BY m.created_at
+    LIMIT 20
+""")
+
+DELETE_MEMORY = text("DELETE FROM memories WHERE id = :id AND user_id = :user_pk RETURNING id")
+
+DELETE_USER = text(
+    "DELETE FROM users WHERE tenant_id = :tenant AND external_id = :user RETURNING id"
+)
+
+# sweep_expired: hard-delete memories past their expiry (pinned ones have none).
+SWEEP_EXPIRED = text("""
+    DELETE FROM memories WHERE id IN (
+        SELECT id FROM memories WHERE expires_at IS NOT NULL AND expires_at <= now()
+        LIMIT :batch)
+    RETURNING id
+""")
+
+PENDING_EMBEDDINGS = text("""
+    SELECT id, text FROM memories
+    WHERE user_id = :user_pk AND embedding IS NULL AND superseded_by IS NULL
+    ORDER BY id LIMIT :batch
+""")
+
+SET_EMBEDDING = text("""
+    UPDATE memories SET embedding = CAST(:embedding AS vector), embedding_model = :model,
+                        embedding_dim = :dim
+    WHERE id = :id
+""")
+
+STORED_MODELS = text("""
+    SELECT DISTINCT embedding_model, embedding_dim FROM memories
+    WHERE tenant_id = :tenant AND embedding_model IS NOT NULL
+""")
+
+
+async def user_pk(conn: AsyncConnection, *, tenant: str, user: str) -> int | None:
+    found = (await conn.execute(USER_PK, {"tenant": tenant, "user": user})).scalar()
+    return None if found is None else int(found)
+
+
+async def ensure_user(conn: AsyncConnection, *, tenant: str, user: str) -> int:
+    return int((await conn.execute(UPSERT_USER, {"tenant": tenant, "user": user})).scalar_one())
+
+
+async def insert_memory(
+    conn: AsyncConnection,
+    *,
+    tenant: str,
+    user_pk: int,
+    kind: str,
+    text_: str,
+    text_key: str,
+    pinned: bool,
+    ttl_days: int | None,
+    source: dict[str, Any],
+    metadata: dict[str, Any],
+    terms: list[str],
+    session_pk: int | None = None,
+) -> int:
+    return int(
+        (
+            await conn.execute(
+                INSERT_MEMORY,
+                {
+                    "tenant": tenant,
+                    "user_pk": user_pk,
+                    "kind": kind,
+                    "text": text_,
+                    "text_key": text_key,
+                    "pinned": pinned,
+                    "ttl_days": ttl_days,
+                    "source": json.dumps(source, ensure_ascii=False),
+                    "metadata": json.dumps(metadata, ensure_ascii=False),
+                    "session_pk": session_pk,
+                    "terms": terms,
+                },
+            )
+        ).scalar_one()
+    )
+
+
+async def confirm(conn: AsyncConnection, *, memory_id: int, user_pk: int, pinned: bool) -> None:
+    await conn.execute(CONFIRM, {"id": memory_id, "user_pk": user_pk, "pinned": pinned})
+
+
+async def supersede(conn: AsyncConnection, *, old_id: int, new_id: int, user_pk: int) -> None:
+    await conn.execute(SUPERSEDE, {"id": old_id, "new_id": new_id, "user_pk": user_pk})
+
+
+async def by_text_key(conn: AsyncConnection, *, user_pk: int, text_key: str) -> MemoryRow | None:
+    r = (await conn.execute(BY_TEXT_KEY, {"user_pk": user_pk, "text_key": text_key})).first()
+    return None if r is None else _row(r)
+
+
+async def get_memory(conn: AsyncConnection, *, user_pk: int, memory_id: int) -> MemoryRow | None:
+    r = (await conn.execute(GET_MEMORY, {"user_pk": user_pk, "id": memory_id})).first()
+    return None if r is None else _row(r)
+
+
+async def list_memories(
+    conn: AsyncConnection, *, user_pk: int, kind: str | None, limit: int
+) -> list[MemoryRow]:
+    rows = await conn.execute(LIST_MEMORIES, {"user_pk": user_pk, "kind": kind, "limit": limit})
+    return [_row(r) for r in rows]
+
+
+async def vector_search(
+    conn: AsyncConnection,
+    *,
+    user_pk: int,
+    query: list[float],
+    model: str,
+    k: int,
+    kind: str | None = None,
+) -> list[MemoryRow]:
+    """The user's k nearest live memories; exact for ordinary users (see module doc)."""
+    params = {"user_pk": user_pk, "q": vector_literal(query), "model": model, "k": k, "kind": kind}
+    count = (await conn.execute(USER_LIVE_COUNT, {"user_pk": user_pk})).scalar_one()
+    if count <= EXACT_SCAN_MAX:
+        rows = (await conn.execute(VECTOR_EXACT, params)).all()
+        return [_row(r, float(r.score)) for r in rows]
+    await conn.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+    await conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, k)}"))
+    await conn.execute(text(f"SET LOCAL hnsw.max_scan_tuples = {HNSW_MAX_SCAN_TUPLES}"))
+    rows = (await conn.execute(VECTOR_HNSW, params)).all()
+    if len(rows) < min(k, count):
+        rows = (await conn.execute(VECTOR_EXACT, params)).all()  # never silently short
+    ranked = sorted(rows, key=lambda r: -float(r.score))
+    return [_row(r, float(r.score)) for r in ranked]
+
+
+async def lexical_search(
+    conn: AsyncConnection, *, user_pk: int, terms: list[str], k: int, kind: str | None = None
+) -> list[MemoryRow]:
+    if not terms:
+        return []
+    rows = await conn.execute(LEXICAL, {"user_pk": user_pk, "terms": terms, "k": k, "kind": kind})
+    return [_row(r, float(r.score)) for r in rows]
+
+
+async def pinned_high_stakes(conn: AsyncConnection, *, user_pk: int) -> list[MemoryRow]:
+    return [_row(r) for r in await conn.execute(PINNED_HIGH_STAKES, {"user_pk": user_pk})]
+
+
+async def delete_memory(conn: AsyncConnection, *, user_pk: int, memory_id: int) -> bool:
+    found = await conn.execute(DELETE_MEMORY, {"id": memory_id, "user_pk": user_pk})
+    return found.first() is not None
+
+
+async def delete_user(conn: AsyncConnection, *, tenant: str, user: str) -> bool:
+    """Everything of the user goes by cascade: sessions, turns, state, events, memories, jobs."""
+    return (await conn.execute(DELETE_USER, {"tenant": tenant, "user": user})).first() is not None
+
+
+async def sweep_expired(conn: AsyncConnection, *, batch: int = 10_000) -> int:
+    return len((await conn.execute(SWEEP_EXPIRED, {"batch": batch})).all())
+
+
+async def pending_embeddings(
+    conn: AsyncConnection, *, user_pk: int, batch: int
+) -> list[tuple[int, str]]:
+    rows = await conn.execute(PENDING_EMBEDDINGS, {"user_pk": user_pk, "batch": batch})
+    return [(r.id, r.text) for r in rows]
+
+
+async def set_embedding(
+    conn: AsyncConnection, *, memory_id: int, embedding: list[float], model: str
+) -> None:
+    await conn.execute(
+        SET_EMBEDDING,
+        {
+            "id": memory_id,
+            "embedding": vector_literal(embedding),
+            "model": model,
+            "dim": len(embedding),
+        },
+    )
+
+
+async def stored_models(conn: AsyncConnection, *, tenant: str) -> list[tuple[str, int]]:
+    return [
+        (r.embedding_model, r.embedding_dim)
+        for r in await conn.execute(STORED_MODELS, {"tenant": tenant})
+    ]

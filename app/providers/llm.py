@@ -1,0 +1,167 @@
+"""A small client for OpenAI-compatible chat completions (OpenAI, vLLM, Ollama, llama.cpp).
+
+The HTTP client is passed in, so tests point it at a local scripted server and the
+app shares one connection pool. Transport failures are translated here, once:
+
+LLMError
+├── LLMUnavailable   connect error, timeout, HTTP 5xx or 429: worth retrying later
+└── LLMBadResponse   HTTP 4xx (not 429), a non-JSON body, or no message content:
+                     the request or the server is wrong; retrying will not help
+
+Only the envelope is checked here; whether the content is the JSON the caller
+asked for is the caller's business (it can tell the model what was wrong).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from app.core.config import Settings
+
+_BODY_SNIPPET = 200
+
+
+class LLMError(Exception):
+    """Root of the LLM client errors; ``str(err)`` is a short, loggable reason."""
+
+
+class LLMUnavailable(LLMError):
+    def __init__(self, reason: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
+
+
+class LLMBadResponse(LLMError):
+    pass
+
+
+@dataclass
+class LLMStats:
+    """Counters a metrics endpoint can read; one instance per client."""
+
+    calls: int = 0
+    errors: int = 0
+    total_ms: float = 0.0
+
+    @property
+    def mean_ms(self) -> float:
+        return self.total_ms / self.calls if self.calls else 0.0
+
+
+class ChatClient:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        timeout_s: float,
+        response_format: Literal["json_object", "json_schema"] = "json_object",
+        stats: LLMStats | None = None,
+    ) -> None:
+        self._http = http
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.model = model
+        self.timeout_s = timeout_s
+        # json_object is understood almost everywhere; json_schema (constrained
+        # decoding) only by some servers, so it is opt-in.
+        self._response_format = response_format
+        self.stats = stats if stats is not None else LLMStats()
+
+    async def complete_json(self, messages: list[dict[str, Any]], *, schema: dict | None) -> str:
+        """The assistant's reply (``choices[0].message.content``) to ``messages``.
+
+        ``schema`` is sent as a ``json_schema`` response format when the client was
+        built with ``response_format="json_schema"``; otherwise the model is only
+        asked for a JSON object and the caller puts the schema in the prompt.
+        """
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": 0,
+            "response_format": self._format(schema),
+        }
+        started = time.perf_counter()
+        self.stats.calls += 1
+        try:
+            return await self._post(body)
+        except LLMError:
+            self.stats.errors += 1
+            raise
+        finally:
+            self.stats.total_ms += (time.perf_counter() - started) * 1000
+
+    def _format(self, schema: dict | None) -> dict[str, Any]:
+        if self._response_format == "json_schema" and schema is not None:
+            return {
+                "type": "json_schema",
+                "json_schema": {"name": "reply", "schema": schema, "strict": False},
+            }
+        return {"type": "json_object"}
+
+    async def _post(self, body: dict[str, Any]) -> str:
+        try:
+            # httpx timeouts are per phase (connect, each read…); the deadline
+            # bounds the whole call, so a server trickling bytes cannot stall a job.
+            async with asyncio.timeout(self.timeout_s):
+                response = await self._http.post(
+                    self._url, json=body, headers=self._headers, timeout=self.timeout_s
+                )
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise LLMUnavailable(f"timeout ({self.timeout_s:g}s)") from exc
+        except httpx.TransportError as exc:
+            raise LLMUnavailable(f"connect error: {type(exc).__name__}") from exc
+        _raise_for_status(response)
+        return _content(response)
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    status = response.status_code
+    if status < 400:
+        return
+    reason = f"http {status}"
+    if status == 429 or status >= 500:
+        raise LLMUnavailable(reason, retry_after_s=_retry_after(response))
+    snippet = " ".join(response.text.split())[:_BODY_SNIPPET]
+    raise LLMBadResponse(f"{reason}: {snippet}" if snippet else reason)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "")))
+    except ValueError:
+        return None  # absent, or an HTTP date: use our own backoff
+
+
+def _content(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError as exc:
+        raise LLMBadResponse("response body is not JSON") from exc
+    try:
+        content = data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise LLMBadResponse("response has no choices[0].message.content") from exc
+    if not isinstance(content, str):
+        raise LLMBadResponse("choices[0].message.content is not a string")
+    return content
+
+
+def chat_client_from_settings(settings: Settings, http: httpx.AsyncClient) -> ChatClient | None:
+    """The configured client, or None when no LLM is configured (rules only)."""
+    if not settings.llm_base_url:
+        return None
+    return ChatClient(
+        http,
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key,
+        model=settings.llm_model,
+        timeout_s=settings.llm_timeout_s,
+    )
