@@ -1,0 +1,213 @@
+"""Start the real service as a subprocess for a benchmark, and stop it again.
+
+``running_service()`` runs ``python -m app.cli serve`` on a free loopback port,
+with a fresh temporary ``MNEMO_DATA_DIR`` (so an embedded Postgres) unless a
+database URL is given, and waits for ``/readyz``. The time from spawning the
+process to the first ``200`` is the start-up time the benchmarks report.
+``restart()`` stops it and starts it again on the same data, which measures a
+warm start (existing cluster, schema already current).
+
+Shared by the latency, soak and recall benchmarks; nothing here knows about them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class ServiceError(RuntimeError):
+    """The service did not become ready, or died; the message ends with its log."""
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (racy, as all such helpers are)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Service:
+    """A running ``mnemo serve``; built by ``running_service()``."""
+
+    data_dir: Path
+    database_url: str | None
+    extra_env: Mapping[str, str]
+    ready_timeout_s: float
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+    start_s: float = 0.0
+    starts: list[float] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "serve.log"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def start(self) -> float:
+        """Spawn the server and wait for ``/readyz``; return the seconds it took."""
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMO_")}
+        env.update(
+            {
+                "MNEMO_DATA_DIR": str(self.data_dir),
+                "MNEMO_LOG_LEVEL": "WARNING",
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p
+                ),
+            }
+        )
+        if self.database_url:
+            env["MNEMO_DATABASE_URL"] = self.database_url
+        env.update(self.extra_env)
+        cmd = [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        # cwd is the data dir, so a developer's ./.env cannot reconfigure the run.
+        with open(self.log_path, "ab") as log:
+            began = time.perf_counter()
+            self.process = subprocess.Popen(
+                cmd,
+                cwd=self.data_dir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.start_s = self._wait_ready(began)
+        self.starts.append(self.start_s)
+        return self.start_s
+
+    def _wait_ready(self, began: float) -> float:
+        deadline = began + self.ready_timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while time.perf_counter() < deadline:
+                assert self.process is not None
+                if self.process.poll() is not None:
+                    raise ServiceError(
+                        f"mnemo serve exited with {self.process.returncode}\n{self.log_tail()}"
+                    )
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get(f"{self.base_url}/readyz").status_code == 200:
+                        return time.perf_counter() - began
+                time.sleep(0.05)
+        self.stop()
+        raise ServiceError(f"not ready after {self.ready_timeout_s:.0f} s\n{self.log_tail()}")
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM (uvicorn's graceful shutdown), then SIGKILL of the process group."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+    def restart(self) -> float:
+        self.stop()
+        return self.start()
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU the server process has used so far (Linux only)."""
+        if self.process is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    def rss_mib(self) -> float | None:
+        if self.process is None:
+            return None
+        try:
+            for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            return None
+        return None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def _stop_embedded_postgres(data_dir: Path, timeout_s: float = 15.0) -> None:
+    """A postmaster left behind (server killed before its atexit ran): fast shutdown."""
+    pidfile = data_dir / "pg" / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def running_service(
+    *,
+    database_url: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    ready_timeout_s: float = 180.0,
+    keep_data: bool = False,
+) -> Iterator[Service]:
+    """A started service; stopped (and its temporary data removed) on exit."""
+    data_dir = Path(tempfile.mkdtemp(prefix="mnemo-bench-"))
+    service = Service(
+        data_dir=data_dir,
+        database_url=database_url,
+        extra_env=dict(extra_env or {}),
+        ready_timeout_s=ready_timeout_s,
+    )
+    try:
+        service.start()
+        yield service
+    finally:
+        service.stop()
+        if database_url is None:
+            _stop_embedded_postgres(data_dir)
+        if keep_data:
+            print(f"kept {data_dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
