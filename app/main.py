@@ -15,6 +15,7 @@ from app.api.limits import BodyLimitMiddleware
 from app.api.routes import health, sessions
 from app.auth.guard import Guard
 from app.core.config import Settings
+from app.core.tokens import encoding
 from app.db.engine import make_engine
 from app.db.migrate import head_revision
 from app.jobs.handlers import default_handlers
@@ -67,6 +68,7 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
     )
+    encoding()  # load the tokenizer now, not inside the first requests
     metrics = Metrics()
     app.state.settings = settings
     app.state.metrics = metrics

@@ -85,6 +85,7 @@ COMPACT_TURNS = text("""
 
 BUMP_SESSION = text("""
     UPDATE sessions SET history_tokens = greatest(history_tokens - :tokens, 0),
+                        live_turns = greatest(live_turns - :n, 0),
                         compressions = compressions + 1, last_compression_at = now()
     WHERE id = :sid
 """)
@@ -175,5 +176,7 @@ async def apply_compression(
     ]
     if len(tokens) != len(turn_pks):
         raise StaleSnapshot("some turns were compacted meanwhile")
-    await conn.execute(BUMP_SESSION, {"sid": snap.session_pk, "tokens": sum(tokens)})
+    await conn.execute(
+        BUMP_SESSION, {"sid": snap.session_pk, "tokens": sum(tokens), "n": len(tokens)}
+    )
     return Applied(event_id=event_id, version=version)

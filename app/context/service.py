@@ -1,7 +1,8 @@
 """Read-only assembly of a session's context: precomputed state + recent raw turns.
 
 Never calls an LLM and never writes: the worker keeps ``task_states.rendered``
-current, this only reads it.
+current, this only reads it, in one statement (one snapshot, one round trip)
+straight through asyncpg, the hottest path of the service.
 """
 
 from __future__ import annotations
@@ -9,70 +10,79 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.schemas import ContextBlock, ContextOut
 from app.context.pack import Block, RecentTurn, as_text, pack
 from app.core.errors import NotFound
 from app.core.tokens import count_tokens
+from app.db.engine import driver_connection
 
-# How many live turns one context read fetches at most. The budget is usually
-# full long before; a session that has not been compressed yet is the exception.
+# Live turns fetched by the first read. A budget is usually full long before; a
+# second read fetches up to RECENT_FETCH_LIMIT when it is not.
+FIRST_PAGE = 64
 RECENT_FETCH_LIMIT = 400
 
-# context_head: the session, its owner and its rendered state, in one round trip.
-CONTEXT_HEAD = text("""
+# context_read: the session, its owner, its rendered state and its newest live
+# (uncompacted) turns as JSON, newest first. Compacted turns are represented by
+# the task state, never twice.
+CONTEXT_READ = """
     SELECT s.id, u.external_id AS user_external, s.total_tokens,
-           coalesce(ts.version, 0) AS version,
-           coalesce(ts.rendered, '') AS rendered
+           coalesce(ts.version, 0) AS version, coalesce(ts.rendered, '') AS rendered,
+           (SELECT coalesce(json_agg(t), '[]')
+              FROM (SELECT seq, role, content, tool_calls, tool_call_id, name, tokens
+                      FROM turns
+                     WHERE session_id = s.id AND NOT compacted
+                     ORDER BY seq DESC
+                     LIMIT $3 OFFSET $4) t) AS turns
     FROM sessions s
     JOIN users u ON u.id = s.user_id
     LEFT JOIN task_states ts ON ts.session_id = s.id
-    WHERE s.tenant_id = :tenant AND s.external_id = :session
-""")
-
-# recent_turns: the newest live (uncompacted) turns, newest first; compacted turns
-# are represented by the task state, never twice.
-RECENT_TURNS = text("""
-    SELECT role, content, tool_calls, tool_call_id, name, tokens
-    FROM turns
-    WHERE session_id = :sid AND NOT compacted
-    ORDER BY seq DESC
-    LIMIT :limit
-""")
+    WHERE s.tenant_id = $1 AND s.external_id = $2
+"""
 
 
-def _message(row: Any) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": row.role, "content": row.content}
-    if row.tool_calls is not None:
-        calls = row.tool_calls
-        message["tool_calls"] = json.loads(calls) if isinstance(calls, str) else calls
-    if row.tool_call_id is not None:
-        message["tool_call_id"] = row.tool_call_id
-    if row.name is not None:
-        message["name"] = row.name
+def _decoded(value: Any) -> Any:
+    # SQLAlchemy's asyncpg dialect installs a JSON codec on its connections.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _message(t: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": t["role"], "content": t["content"]}
+    if t["tool_calls"] is not None:
+        message["tool_calls"] = t["tool_calls"]
+    if t["tool_call_id"] is not None:
+        message["tool_call_id"] = t["tool_call_id"]
+    if t["name"] is not None:
+        message["name"] = t["name"]
     return message
 
 
 async def build_context(
     conn: AsyncConnection, *, tenant: str, session: str, max_tokens: int
 ) -> ContextOut:
-    head = (await conn.execute(CONTEXT_HEAD, {"tenant": tenant, "session": session})).first()
+    db = await driver_connection(conn)
+    head = await db.fetchrow(CONTEXT_READ, tenant, session, FIRST_PAGE, 0)
     if head is None:
         raise NotFound(f"session {session!r} not found")
-    rows = (await conn.execute(RECENT_TURNS, {"sid": head.id, "limit": RECENT_FETCH_LIMIT})).all()
-    recent = [RecentTurn(message=_message(r), tokens=r.tokens) for r in reversed(rows)]
-    blocks = [Block("task_state", head.rendered)]
+    rows: list[dict[str, Any]] = _decoded(head["turns"])
+    if len(rows) == FIRST_PAGE and sum(r["tokens"] for r in rows) < max_tokens:
+        more = await db.fetchrow(
+            CONTEXT_READ, tenant, session, RECENT_FETCH_LIMIT - FIRST_PAGE, FIRST_PAGE
+        )
+        if more is not None:
+            rows.extend(_decoded(more["turns"]))
+    recent = [RecentTurn(message=_message(r), tokens=r["tokens"]) for r in reversed(rows)]
+    blocks = [Block("task_state", head["rendered"])]
     packed = pack(blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens)
     return ContextOut(
         session_id=session,
-        user_id=head.user_external,
-        state_version=head.version,
+        user_id=head["user_external"],
+        state_version=head["version"],
         messages=packed.messages,
         text=as_text(packed.messages),
         blocks=[ContextBlock(kind=k, tokens=t) for k, t in packed.blocks],
         tokens=packed.tokens,
         max_tokens=max_tokens,
-        full_history_tokens=head.total_tokens,
+        full_history_tokens=head["total_tokens"],
     )

@@ -7,8 +7,8 @@ encoding is built from it, checked against the same sha256 tiktoken checks.
 
 from __future__ import annotations
 
-import functools
 import json
+import threading
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
@@ -37,8 +37,21 @@ _CL100K_SPECIAL = {
 MESSAGE_OVERHEAD_TOKENS = 4
 
 
-@functools.cache
+_lock = threading.Lock()
+_encoding: tiktoken.Encoding | None = None
+
+
 def encoding() -> tiktoken.Encoding:
+    """The encoding, built once; concurrent first callers wait instead of each building it."""
+    global _encoding
+    if _encoding is None:
+        with _lock:
+            if _encoding is None:
+                _encoding = _build()
+    return _encoding
+
+
+def _build() -> tiktoken.Encoding:
     path = resources.files("app.data").joinpath("cl100k_base.tiktoken")
     with resources.as_file(path) as local:
         ranks = load_tiktoken_bpe(str(local), expected_hash=CL100K_SHA256)

@@ -62,6 +62,8 @@ sessions = Table(
     # Long-term memory bookkeeping: episodes cover turns up to episode_seq; the newest
     # user turn's embedding is kept so /context can reuse it instead of embedding.
     Column("episode_seq", Integer, nullable=False, server_default="0"),
+    # Turns not yet compacted; kept here so ingest need not count them.
+    Column("live_turns", Integer, nullable=False, server_default="0"),
     Column("last_user_seq", Integer),
     Column("last_user_embedding", Vector(EMBEDDING_DIM)),
     UniqueConstraint("tenant_id", "external_id", name="sessions_tenant_external_key"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -48,8 +48,12 @@ class SessionCounters:
 
 
 # A trigger decision: given the session's counters after the insert and the new
-# turns, the reason to compress now, or None.
-TriggerPolicy = Callable[[SessionCounters, Sequence[PreparedTurn]], str | None]
+# turns with their seqs, the reason to compress now, or None. It may read more of
+# the session through the connection (recent turns, the state) when it needs to.
+TriggerPolicy = Callable[
+    [AsyncConnection, SessionCounters, Sequence[tuple[int, PreparedTurn]]],
+    Awaitable[str | None],
+]
 
 
 def prepare(
@@ -82,26 +86,25 @@ def prepare(
     return prepared
 
 
-# upsert_user: the user's row id, created on first sight.
-UPSERT_USER = text("""
-    INSERT INTO users (tenant_id, external_id) VALUES (:tenant, :user)
-    ON CONFLICT (tenant_id, external_id) DO UPDATE SET external_id = EXCLUDED.external_id
-    RETURNING id
-""")
-
-# create_session: first post creates the session; a racing post finds it.
-CREATE_SESSION = text("""
-    INSERT INTO sessions (tenant_id, external_id, user_id) VALUES (:tenant, :session, :user_pk)
-    ON CONFLICT (tenant_id, external_id) DO NOTHING
-""")
-
 # lock_session: serialises posts to one session for the rest of the transaction.
 LOCK_SESSION = text("""
-    SELECT s.id, s.user_id, u.external_id AS user_external, s.turn_count, s.history_tokens,
-           s.compressions
+    SELECT s.id, u.external_id AS user_external, s.turn_count, s.history_tokens,
+           s.live_turns, s.compressions
     FROM sessions s JOIN users u ON u.id = s.user_id
     WHERE s.tenant_id = :tenant AND s.external_id = :session
     FOR UPDATE OF s
+""")
+
+# create_session: first post to a session (and maybe first sight of its user);
+# a racing first post finds the row created by the winner.
+CREATE_SESSION = text("""
+    WITH u AS (
+        INSERT INTO users (tenant_id, external_id) VALUES (:tenant, :user)
+        ON CONFLICT (tenant_id, external_id) DO UPDATE SET external_id = EXCLUDED.external_id
+        RETURNING id)
+    INSERT INTO sessions (tenant_id, external_id, user_id)
+    SELECT :tenant, :session, u.id FROM u
+    ON CONFLICT (tenant_id, external_id) DO NOTHING
 """)
 
 # known_turns: turns already stored under the client ids of this post.
@@ -110,41 +113,49 @@ KNOWN_TURNS = text("""
     WHERE session_id = :sid AND external_id = ANY(CAST(:ids AS text[]))
 """)
 
-# insert_turns: the whole batch in one statement.
-INSERT_TURNS = text("""
-    INSERT INTO turns (session_id, seq, external_id, role, content, tool_calls, tool_call_id,
-                       name, tokens, emphasized, metadata, created_at)
-    SELECT :sid, t.seq, t.external_id, t.role, t.content, CAST(t.tool_calls AS jsonb),
-           t.tool_call_id, t.name, t.tokens, t.emphasized, CAST(t.metadata AS jsonb),
-           coalesce(t.created_at, now())
-    FROM unnest(CAST(:seqs AS int[]), CAST(:external_ids AS text[]), CAST(:roles AS text[]),
-                CAST(:contents AS text[]), CAST(:tool_calls AS text[]),
-                CAST(:tool_call_ids AS text[]), CAST(:names AS text[]), CAST(:tokens AS int[]),
-                CAST(:emphasized AS bool[]), CAST(:metadata AS text[]),
-                CAST(:created_at AS timestamptz[]))
-         AS t(seq, external_id, role, content, tool_calls, tool_call_id, name, tokens,
-              emphasized, metadata, created_at)
-""")
-
-# bump_session: advance the seq allocator and the token counters.
-BUMP_SESSION = text("""
+# append_turns: the whole batch in one statement, and the session's counters with it
+# (turn_count is the seq allocator; history_tokens and live_turns feed the trigger).
+APPEND_TURNS = text("""
+    WITH inserted AS (
+        INSERT INTO turns (session_id, seq, external_id, role, content, tool_calls,
+                           tool_call_id, name, tokens, emphasized, metadata, created_at)
+        SELECT :sid, t.seq, t.external_id, t.role, t.content, CAST(t.tool_calls AS jsonb),
+               t.tool_call_id, t.name, t.tokens, t.emphasized, CAST(t.metadata AS jsonb),
+               coalesce(t.created_at, now())
+        FROM unnest(CAST(:seqs AS int[]), CAST(:external_ids AS text[]),
+                    CAST(:roles AS text[]), CAST(:contents AS text[]),
+                    CAST(:tool_calls AS text[]), CAST(:tool_call_ids AS text[]),
+                    CAST(:names AS text[]), CAST(:tokens AS int[]), CAST(:emphasized AS bool[]),
+                    CAST(:metadata AS text[]), CAST(:created_at AS timestamptz[]))
+             AS t(seq, external_id, role, content, tool_calls, tool_call_id, name, tokens,
+                  emphasized, metadata, created_at)
+        RETURNING 1)
     UPDATE sessions SET turn_count = turn_count + :n,
-                        history_tokens = history_tokens + :tokens,
-                        total_tokens = total_tokens + :tokens,
+                        live_turns = live_turns + :n,
+                        history_tokens = history_tokens + :added_tokens,
+                        total_tokens = total_tokens + :added_tokens,
                         updated_at = now()
     WHERE id = :sid
-    RETURNING turn_count, history_tokens
-""")
-
-# uncompacted_count: turns the compressor has not taken yet.
-UNCOMPACTED_COUNT = text("""
-    SELECT count(*) FROM turns WHERE session_id = :sid AND NOT compacted
+    RETURNING turn_count, history_tokens, live_turns
 """)
 
 
 def _generated_id() -> str:
     # "_" is outside the client id alphabet, so a generated id never collides.
     return "t_" + uuid.uuid4().hex
+
+
+async def _lock_or_create(conn: AsyncConnection, *, tenant: str, session: str, user: str) -> Any:
+    keys = {"tenant": tenant, "session": session}
+    row = (await conn.execute(LOCK_SESSION, keys)).first()
+    if row is None:
+        await conn.execute(CREATE_SESSION, {**keys, "user": user})
+        row = (await conn.execute(LOCK_SESSION, keys)).one()
+    if row.user_external != user:
+        raise Conflict(
+            f"session {session!r} belongs to another user; it cannot be posted as {user!r}"
+        )
+    return row
 
 
 async def ingest_turns(
@@ -158,13 +169,7 @@ async def ingest_turns(
     job_max_attempts: int,
 ) -> TurnsOut:
     """Store ``turns`` in the caller's transaction and enqueue what they trigger."""
-    user_pk = (await conn.execute(UPSERT_USER, {"tenant": tenant, "user": user})).scalar_one()
-    await conn.execute(CREATE_SESSION, {"tenant": tenant, "session": session, "user_pk": user_pk})
-    row = (await conn.execute(LOCK_SESSION, {"tenant": tenant, "session": session})).one()
-    if row.user_id != user_pk:
-        raise Conflict(
-            f"session {session!r} belongs to another user; it cannot be posted as {user!r}"
-        )
+    row = await _lock_or_create(conn, tenant=tenant, session=session, user=user)
     sid = row.id
 
     client_ids = [t.client_id for t in turns if t.client_id]
@@ -195,21 +200,16 @@ async def ingest_turns(
     trigger = None
     scheduled = False
     if new:
-        await conn.execute(INSERT_TURNS, _columns(sid, new))
-        added = sum(t.tokens for _, _, t in new)
-        bumped = (
-            await conn.execute(BUMP_SESSION, {"sid": sid, "n": len(new), "tokens": added})
-        ).one()
+        bumped = (await conn.execute(APPEND_TURNS, _columns(sid, new))).one()
         history_tokens = bumped.history_tokens
-        uncompacted = (await conn.execute(UNCOMPACTED_COUNT, {"sid": sid})).scalar_one()
         counters = SessionCounters(
             session_pk=sid,
             turn_count=bumped.turn_count,
             history_tokens=history_tokens,
-            uncompacted_turns=uncompacted,
+            uncompacted_turns=bumped.live_turns,
             compressions=row.compressions,
         )
-        trigger = policy(counters, [t for _, _, t in new])
+        trigger = await policy(conn, counters, [(seq, t) for seq, _, t in new])
         if trigger is not None:
             await queue.enqueue(
                 conn,
@@ -237,6 +237,8 @@ def _columns(sid: int, new: Sequence[tuple[int, str, PreparedTurn]]) -> dict[str
 
     return {
         "sid": sid,
+        "n": len(new),
+        "added_tokens": sum(t.tokens for _, _, t in new),
         "seqs": [seq for seq, _, _ in new],
         "external_ids": [ext for _, ext, _ in new],
         "roles": [t.role for _, _, t in new],

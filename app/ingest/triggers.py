@@ -1,21 +1,92 @@
-"""The compression trigger as ingest sees it: settings bound to a pure decision."""
+"""The compression trigger as ingest sees it: settings bound to the pure decision.
+
+The cheap static check (token threshold) needs nothing but the session's
+counters. The dynamic ones (tool failures, repeated calls, milestones) look at
+the last few live turns, and at the task state only when the batch carries a
+tool call (to see whether it repeats one already done).
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.compression.state import TaskState, TurnView
+from app.compression.triggers import Trigger, decide_trigger
 from app.core.config import Settings
 from app.ingest.service import PreparedTurn, SessionCounters, TriggerPolicy
+
+RECENT_WINDOW = 12
+
+# recent_live: the newest live turns, newest first (the batch just inserted included).
+RECENT_LIVE = text("""
+    SELECT seq, role, content, tool_calls, tool_call_id, name, emphasized
+    FROM turns WHERE session_id = :sid AND NOT compacted
+    ORDER BY seq DESC LIMIT :k
+""")
+
+STATE = text("SELECT state FROM task_states WHERE session_id = :sid")
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _worth_a_look(new: Sequence[tuple[int, PreparedTurn]]) -> bool:
+    return any(t.role in ("tool", "user") or t.tool_calls for _, t in new)
 
 
 def policy_from_settings(settings: Settings) -> TriggerPolicy:
     budget = settings.history_budget_tokens
 
-    def policy(counters: SessionCounters, new: Sequence[PreparedTurn]) -> str | None:
-        if counters.uncompacted_turns < settings.min_turns_before_compression:
-            return None
-        if counters.history_tokens > settings.trigger_ratio * budget:
-            return "token_threshold"
-        return None
+    def decide(
+        counters: SessionCounters, recent: Sequence[TurnView], state: TaskState | None
+    ) -> Trigger | None:
+        return decide_trigger(
+            history_tokens=counters.history_tokens,
+            history_budget=budget,
+            trigger_ratio=settings.trigger_ratio,
+            uncompacted_turns=counters.uncompacted_turns,
+            total_turns=counters.turn_count,
+            min_turns=settings.min_turns_before_compression,
+            recent=recent,
+            consecutive_failures_threshold=settings.tool_failure_threshold,
+            working_window=settings.working_window_turns,
+            state=state,
+        )
+
+    async def policy(
+        conn: AsyncConnection,
+        counters: SessionCounters,
+        new: Sequence[tuple[int, PreparedTurn]],
+    ) -> str | None:
+        static = decide(counters, (), None)
+        if static is not None or not _worth_a_look(new):
+            return None if static is None else static.reason
+        rows = (
+            await conn.execute(RECENT_LIVE, {"sid": counters.session_pk, "k": RECENT_WINDOW})
+        ).all()
+        recent = [
+            TurnView(
+                seq=r.seq,
+                role=r.role,
+                content=r.content,
+                tool_calls=_json(r.tool_calls),
+                tool_call_id=r.tool_call_id,
+                name=r.name,
+                emphasized=r.emphasized,
+            )
+            for r in reversed(rows)
+        ]
+        state = None
+        if any(t.tool_calls for _, t in new):
+            raw = (await conn.execute(STATE, {"sid": counters.session_pk})).scalar()
+            state = TaskState.model_validate(_json(raw)) if raw else None
+        found = decide(counters, recent, state)
+        return None if found is None else found.reason
 
     return policy

@@ -25,6 +25,11 @@ def upgrade() -> None:
     op.add_column(
         "sessions", sa.Column("episode_seq", sa.Integer, nullable=False, server_default="0")
     )
+    op.add_column("sessions", sa.Column("live_turns", sa.Integer, nullable=False, server_default="0"))
+    op.execute(
+        "UPDATE sessions s SET live_turns ="
+        " (SELECT count(*) FROM turns t WHERE t.session_id = s.id AND NOT t.compacted)"
+    )
     op.add_column("sessions", sa.Column("last_user_seq", sa.Integer))
     op.add_column("sessions", sa.Column("last_user_embedding", Vector(DIM)))
     op.create_table(
@@ -90,5 +95,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("memories")
-    for column in ("last_user_embedding", "last_user_seq", "episode_seq"):
+    for column in ("last_user_embedding", "last_user_seq", "live_turns", "episode_seq"):
         op.drop_column("sessions", column)
