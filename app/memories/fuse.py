@@ -1,0 +1,77 @@
+"""Combining and trimming retrieval results: RRF, MMR, and a token-budgeted pack."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from app.memories.embed import cosine
+
+T = TypeVar("T")
+
+DEFAULT_MEMORY_BUDGET_TOKENS = 400
+
+
+def rrf(rankings: Sequence[Sequence[str]], k: int = 60) -> list[tuple[str, float]]:
+    """Reciprocal rank fusion: ``score(id) = Σ 1 / (k + rank)`` over the rankings.
+
+    RRF uses ranks only, so a cosine ranking and a term-overlap ranking (whose
+    scores live on unrelated scales) fuse without calibration. Ties keep the
+    order in which ids were first seen; a repeated id counts once per ranking.
+    """
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        seen: set[str] = set()
+        for rank, item in enumerate(ranking, start=1):
+            if item in seen:
+                continue
+            seen.add(item)
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+    return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+def mmr(
+    candidates: Sequence[tuple[str, list[float], float]],
+    *,
+    lambda_: float = 0.7,
+    top_k: int,
+) -> list[str]:
+    """Maximal marginal relevance over ``(id, unit vector, relevance)`` candidates.
+
+    Greedy: each pick maximises ``λ·relevance − (1−λ)·max cosine to the picks so
+    far``, so three paraphrases of one preference do not crowd out the allergy.
+    Relevance should be on a cosine-like [0, 1] scale; ties keep input order.
+    """
+    remaining = list(candidates)
+    picked: list[tuple[str, list[float], float]] = []
+    while remaining and len(picked) < top_k:
+
+        def gain(candidate: tuple[str, list[float], float]) -> float:
+            redundancy = max((cosine(candidate[1], p[1]) for p in picked), default=0.0)
+            return lambda_ * candidate[2] - (1.0 - lambda_) * redundancy
+
+        best = max(remaining, key=gain)  # max() returns the first of equals
+        picked.append(best)
+        remaining.remove(best)
+    return [item[0] for item in picked]
+
+
+def pack_memories(
+    items: Sequence[T],
+    *,
+    budget_tokens: int = DEFAULT_MEMORY_BUDGET_TOKENS,
+    count: Callable[[T], int],
+) -> list[T]:
+    """The items, in rank order, that fit in ``budget_tokens``.
+
+    An item too large for what is left is skipped rather than ending the pack:
+    one long episode must not hide the short high-stakes fact ranked after it.
+    """
+    packed: list[T] = []
+    left = budget_tokens
+    for item in items:
+        cost = count(item)
+        if cost <= left:
+            packed.append(item)
+            left -= cost
+    return packed

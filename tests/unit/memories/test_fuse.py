@@ -1,0 +1,62 @@
+"""Rank fusion, diversity, and the memory token budget."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.memories.fuse import mmr, pack_memories, rrf
+
+
+def test_rrf_rewards_agreement_between_rankings() -> None:
+    vector = ["a", "b", "c"]
+    lexical = ["c", "b", "d"]
+    fused = rrf([vector, lexical], k=60)
+    order = [item for item, _ in fused]
+    assert set(order[:2]) == {"b", "c"}  # in both lists: above "a", a single first place
+    assert order[2:] == ["a", "d"]
+    assert dict(fused)["b"] == pytest.approx(2 / 62)
+    assert {item for item, _ in fused} == {"a", "b", "c", "d"}
+
+
+def test_rrf_ties_keep_first_seen_order_and_duplicates_count_once() -> None:
+    fused = rrf([["x", "y"], ["y", "x"]])
+    assert [item for item, _ in fused] == ["x", "y"]
+    assert dict(rrf([["a", "a", "b"]]))["a"] == pytest.approx(1 / 61)
+    assert rrf([]) == []
+
+
+def unit(angle: float) -> list[float]:
+    return [math.cos(angle), math.sin(angle)]
+
+
+def test_mmr_prefers_a_diverse_second_pick() -> None:
+    candidates = [
+        ("seat-1", unit(0.0), 0.90),
+        ("seat-2", unit(0.01), 0.89),  # near-duplicate of seat-1
+        ("allergy", unit(1.5), 0.80),
+    ]
+    assert mmr(candidates, lambda_=0.7, top_k=2) == ["seat-1", "allergy"]
+    # λ = 1 is plain relevance order.
+    assert mmr(candidates, lambda_=1.0, top_k=2) == ["seat-1", "seat-2"]
+
+
+def test_mmr_bounds() -> None:
+    candidates = [("a", unit(0), 0.5), ("b", unit(1), 0.4)]
+    assert mmr(candidates, top_k=5) == ["a", "b"]
+    assert mmr(candidates, top_k=0) == []
+    assert mmr([], top_k=3) == []
+
+
+def test_pack_keeps_rank_order_within_budget() -> None:
+    items = ["a" * 10, "b" * 300, "c" * 200, "d" * 50]
+    packed = pack_memories(items, budget_tokens=400, count=len)
+    # "c" does not fit after "b"; the smaller "d" still does.
+    assert packed == ["a" * 10, "b" * 300, "d" * 50]
+    assert sum(map(len, packed)) <= 400
+
+
+def test_pack_default_budget_and_oversized_items() -> None:
+    assert pack_memories(["x" * 401, "y"], count=len) == ["y"]
+    assert pack_memories([], count=len) == []
