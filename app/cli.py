@@ -95,15 +95,20 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    import httpx
+
     from app.db.engine import make_engine
-    from app.jobs.handlers import default_handlers
+    from app.jobs.handlers import build_handlers
     from app.jobs.worker import Worker
 
     url = prepare_database(settings)
 
     async def run() -> None:
         engine = make_engine(url, pool_size=settings.worker_concurrency + 2)
-        worker = Worker(engine=engine, handlers=default_handlers(), settings=settings)
+        http = httpx.AsyncClient()
+        worker = Worker(
+            engine=engine, handlers=build_handlers(settings, http=http), settings=settings
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -115,6 +120,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             else:
                 await worker.run(stop)
         finally:
+            await http.aclose()
             await engine.dispose()
 
     asyncio.run(run())

@@ -7,18 +7,19 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+import httpx
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api import problems
 from app.api.limits import BodyLimitMiddleware
-from app.api.routes import health, sessions
+from app.api.routes import compression, health, sessions
 from app.auth.guard import Guard
 from app.core.config import Settings
 from app.core.tokens import encoding
 from app.db.engine import make_engine
 from app.db.migrate import head_revision
-from app.jobs.handlers import default_handlers
+from app.jobs.handlers import build_handlers
 from app.jobs.worker import Worker, metrics_on_job_event
 from app.observability.metrics import Metrics
 from app.observability.middleware import ObservabilityMiddleware
@@ -45,10 +46,11 @@ def create_app(
         app.state.guard = Guard(app.state.engine)
         stop = asyncio.Event()
         worker_task = None
+        http = httpx.AsyncClient()
         if settings.embedded_worker:
             worker = Worker(
                 engine=app.state.engine,
-                handlers=default_handlers(),
+                handlers=build_handlers(settings, http=http, metrics=metrics),
                 settings=settings,
                 on_event=metrics_on_job_event(metrics),
             )
@@ -59,6 +61,7 @@ def create_app(
             stop.set()
             if worker_task is not None:
                 await worker_task
+            await http.aclose()
             if own_engine:
                 await app.state.engine.dispose()
 
@@ -78,4 +81,5 @@ def create_app(
     problems.install(app)
     app.include_router(health.router)
     app.include_router(sessions.router)
+    app.include_router(compression.router)
     return app

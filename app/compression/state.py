@@ -244,11 +244,22 @@ class Superseded(_StateModel):
 
 class Goal(Item):
     history: list[Superseded] = Field(default_factory=list)
+    # The seq at which this goal became current; mentions before it belong to an
+    # earlier reign and are not counted (keeps merging idempotent).
+    since_seq: int = 0
 
 
-class Constraint(Item):
+class Note(Item):
+    """A statement that stays until revoked: constraints, decisions, preferences…"""
+
+    # Revoked items are kept (and shown as no longer applying) rather than
+    # deleted, so a stale raw turn cannot resurrect them unnoticed.
     status: Literal["active", "revoked"] = "active"
     revoked_seq: int | None = None
+
+
+class Constraint(Note):
+    pass
 
 
 class Attempt(_StateModel):
@@ -313,6 +324,7 @@ class Artifact(_StateModel):
 class Todo(Item):
     status: Literal["open", "done", "cancelled"] = "open"
     missing_prerequisites: list[str] = Field(default_factory=list)
+    closed_seq: int | None = None
 
 
 class Pending(Item):
@@ -331,13 +343,13 @@ class TaskState(_StateModel):
     actions: list[Action] = Field(default_factory=list)
     parameters: list[Parameter] = Field(default_factory=list)
     artifacts: list[Artifact] = Field(default_factory=list)
-    decisions: list[Item] = Field(default_factory=list)
+    decisions: list[Note] = Field(default_factory=list)
     todos: list[Todo] = Field(default_factory=list)
     pending: list[Pending] = Field(default_factory=list)
-    preferences: list[Item] = Field(default_factory=list)
+    preferences: list[Note] = Field(default_factory=list)
     high_stakes: list[HighStakes] = Field(default_factory=list)
-    blockers: list[Item] = Field(default_factory=list)
-    facts: list[Item] = Field(default_factory=list)
+    blockers: list[Note] = Field(default_factory=list)
+    facts: list[Note] = Field(default_factory=list)
     summary: str = ""
     language: Language | None = None
     last_seq: int = -1

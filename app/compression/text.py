@@ -12,7 +12,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 _NON_WORD = re.compile(r"[\W_]+")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -93,3 +93,11 @@ def cjk_ratio(texts: Iterable[str]) -> float:
 def clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+ZH_RATIO = 0.4
+
+
+def detect_language(texts: Iterable[str | None]) -> Literal["zh", "en"]:
+    """ "zh" when CJK characters make up at least 40% of (CJK chars + Latin words)."""
+    return "zh" if cjk_ratio(t for t in texts if t) >= ZH_RATIO else "en"

@@ -25,7 +25,9 @@ def upgrade() -> None:
     op.add_column(
         "sessions", sa.Column("episode_seq", sa.Integer, nullable=False, server_default="0")
     )
-    op.add_column("sessions", sa.Column("live_turns", sa.Integer, nullable=False, server_default="0"))
+    op.add_column(
+        "sessions", sa.Column("live_turns", sa.Integer, nullable=False, server_default="0")
+    )
     op.execute(
         "UPDATE sessions s SET live_turns ="
         " (SELECT count(*) FROM turns t WHERE t.session_id = s.id AND NOT t.compacted)"

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.config import Settings
 from app.jobs import queue
-from app.jobs.handlers import default_handlers
+from app.jobs.handlers import build_handlers
 from app.jobs.worker import JobContext, Worker
 from tests.conftest import make_settings, post_turns
 
@@ -239,7 +239,7 @@ async def test_recount_handler_repairs_the_token_counter(
         expected = (await conn.execute(text("SELECT history_tokens FROM sessions"))).scalar_one()
         await conn.execute(text("UPDATE sessions SET history_tokens = 999999"))
     await enqueue(engine, "recount_tokens", sid)
-    await worker(engine, settings, default_handlers()).run_once()
+    await worker(engine, settings, build_handlers(settings)).run_once()
     async with engine.connect() as conn:
         assert (
             await conn.execute(text("SELECT history_tokens FROM sessions"))

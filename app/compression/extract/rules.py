@@ -1,0 +1,248 @@
+"""RuleExtractor: the deterministic, bilingual default extractor (no LLM).
+
+It walks the turns oldest first:
+
+* tool calls are paired with their results (``tools.py``) into actions and
+  artifacts; long results are summarised, never copied;
+* user and system speech goes sentence by sentence through the rule families
+  of ``sentence.py``; the first substantive user request becomes the goal when
+  there is none;
+* assistant speech only contributes what the assistant is *waiting for*
+  (questions, requests for approval), its stated next steps and blockers —
+  never its claims of what happened, which must come from tool results;
+* a user reply right after an assistant question resolves it ("好的", "yes, go
+  ahead"; any short answer to a which/what question);
+* a successful tool call whose name matches an open todo closes it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from app.compression.extract import patterns as P
+from app.compression.extract import sentence as S
+from app.compression.extract.context import Context, Ref
+from app.compression.extract.entities import find_artifacts
+from app.compression.extract.tools import action_units
+from app.compression.state import (
+    ActionUnit,
+    ArtifactUnit,
+    GoalUnit,
+    PendingUnit,
+    ResolutionUnit,
+    TaskState,
+    TodoUnit,
+    TurnView,
+    Unit,
+)
+from app.compression.text import clip, normalize, text_key, word_set
+
+_CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+_CONSTRAINT_LED = re.compile(
+    r"^(?:please\s+)?(?:never|don'?t|do not|always|only|avoid|make sure|ensure|be sure)\b"
+    r"|^(?:请|麻烦)?(?:不要|别|务必|一定|千万|必须|只)",
+    re.IGNORECASE,
+)
+_TOOL_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+_MAX_SENTENCES_PER_TURN = 200
+_ANSWER_CHARS = 120
+
+
+class RuleExtractor:
+    name = "rules"
+
+    async def extract(self, turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
+        return extract_units(turns, state)
+
+
+def extract_units(turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
+    """Synchronous core of ``RuleExtractor.extract`` (pure; usable without an event loop)."""
+    ctx = Context.from_state(state, turns[0].seq if turns else None)
+    actions = action_units(turns)
+    units: list[Unit] = []
+    for turn in turns:
+        if turn.role == "tool" or not turn.content:
+            continue
+        sentences = split_sentences(turn.content)
+        if turn.role == "assistant":
+            found = _assistant_units(turn, sentences, ctx)
+        elif turn.role == "user":
+            found = _user_units(turn, sentences, ctx)
+        elif turn.role == "system":
+            found = _speech_units(turn, sentences, ctx, allow_goal=False)
+        else:
+            continue
+        units.extend(found)
+        units.extend(_text_artifacts(turn))
+    units.extend(actions)
+    units.extend(_todos_closed_by_tools(actions, ctx))
+    return _dedupe(units)
+
+
+def raw_sentences(text: str) -> list[str]:
+    """Sentences as written (code blocks removed: code is not speech)."""
+    text = _CODE_FENCE.sub(" ", text)
+    parts = (P.BULLET.sub("", p).strip() for p in P.SENTENCE_SPLIT.split(text) if p)
+    return [p for p in parts if p][:_MAX_SENTENCES_PER_TURN]
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences with leading fillers ("OK, …", "好的，…") removed, empty ones dropped."""
+    return [c for c in (S.clean(p) for p in raw_sentences(text)) if c]
+
+
+# ------------------------------------------------------------------------- speakers
+
+
+def _emit(ctx: Context, units: list[Unit]) -> list[Unit]:
+    for unit in units:
+        ctx.record(unit)
+    return units
+
+
+def _user_units(turn: TurnView, sentences: list[str], ctx: Context) -> list[Unit]:
+    units: list[Unit] = []
+    raw = raw_sentences(turn.content or "")
+    if ctx.answerable and raw:
+        # The raw sentence: "Yes." is exactly the filler that cleaning removes.
+        resolutions, pure = _resolutions(raw[0], turn, ctx.answerable)
+        units.extend(resolutions)
+        if resolutions:
+            ctx.pending = [p for p in ctx.pending if p not in ctx.answerable]
+        if pure and sentences and S.clean(raw[0]) == sentences[0]:
+            sentences = sentences[1:]
+    ctx.answerable = []
+    return units + _speech_units(turn, sentences, ctx, allow_goal=True)
+
+
+def _resolutions(first: str, turn: TurnView, open_refs: list[Ref]) -> tuple[list[Unit], bool]:
+    """Resolution units for the questions a reply answers, and whether the reply is only that."""
+    cue = P.AFFIRM.match(first) or P.NEGATE.match(first)
+    if cue is not None:
+        targets = open_refs
+        rest = first[cue.end() :]
+        pure = len(normalize(rest)) <= 12 and not P.CONSTRAINT.search(first)
+    else:
+        # Any real reply answers an open question; a yes/no confirmation needs a yes or no.
+        answer_like = not S.is_noise(first) and len(first.split()) <= 40 and len(first) <= 200
+        targets = [r for r in open_refs if r.choice] if answer_like else []
+        pure = False
+    answer = clip(first, _ANSWER_CHARS)
+    units: list[Unit] = [
+        ResolutionUnit(answer=answer, target=ref.key, source_seqs=[turn.seq]) for ref in targets
+    ]
+    return units, pure and bool(units)
+
+
+def _speech_units(
+    turn: TurnView, sentences: list[str], ctx: Context, *, allow_goal: bool
+) -> list[Unit]:
+    units: list[Unit] = []
+    candidate: tuple[int, str] | None = None
+    for i, sentence in enumerate(sentences):
+        if S.is_noise(sentence):
+            continue
+        following = sentences[i + 1] if i + 1 < len(sentences) else None
+        found, explained = S.speech_units(
+            sentence, turn.seq, ctx, turn_emphasized=turn.emphasized, following=following
+        )
+        units.extend(_emit(ctx, found))
+        if (
+            allow_goal
+            and candidate is None
+            and not ctx.goal_set
+            and _goal_like(sentence, explained)
+        ):
+            candidate = (i, sentence)
+    if candidate is not None and not ctx.goal_set:
+        i, text = candidate
+        nxt = sentences[i + 1] if i + 1 < len(sentences) else ""
+        if len(text) < 25 and nxt and not S.is_noise(nxt) and not _CONSTRAINT_LED.search(nxt):
+            text = f"{text} {nxt}"
+        goal = GoalUnit(
+            text=clip(text, S.TEXT_CHARS), source_seqs=[turn.seq], emphasized=turn.emphasized
+        )
+        # The request is the goal; the same sentence kept as a fact would only repeat it.
+        units = [u for u in units if not (u.kind == "fact" and u.text in text)]
+        units.extend(_emit(ctx, [goal]))
+    return units
+
+
+def _goal_like(sentence: str, explained: bool) -> bool:
+    if _CONSTRAINT_LED.search(sentence) or P.RHETORICAL.search(sentence):
+        return False
+    if P.REQUEST.search(sentence):
+        return True
+    substantive = len(sentence.split()) >= 5 or len(normalize(sentence)) >= 10
+    return not explained and substantive
+
+
+def _assistant_units(turn: TurnView, sentences: list[str], ctx: Context) -> list[Unit]:
+    units: list[Unit] = []
+    for sentence in sentences:
+        if S.is_noise(sentence) or P.RHETORICAL.search(sentence):
+            continue
+        if S.is_question(sentence) or P.AWAITING.search(sentence):
+            # "Which seat?" / "Do you have a preference?" are answered by any reply;
+            # "Shall I book it?" only by a yes or a no.
+            choice = P.CHOICE_QUESTION.search(sentence) is not None or not P.CONFIRM_CUE.search(
+                sentence
+            )
+            unit = PendingUnit(text=clip(sentence, S.TEXT_CHARS), source_seqs=[turn.seq])
+            ref = Ref(text_key("pending", unit.text), unit.text, turn.seq, choice)
+            ctx.pending.append(ref)
+            ctx.answerable.append(ref)
+            units.append(unit)
+            continue
+        emph = S.emphasized(sentence, turn.emphasized)
+        found = S.todo(sentence, turn.seq, emph) or S.blocker(sentence, turn.seq)
+        if found is not None:
+            units.extend(_emit(ctx, [found]))
+    return units
+
+
+# ------------------------------------------------------------------------- cross-turn
+
+
+def _text_artifacts(turn: TurnView) -> list[Unit]:
+    content = _CODE_FENCE.sub(" ", turn.content or "")
+    return [
+        ArtifactUnit(artifact_kind=f.kind, value=f.value, label=f.label, source_seqs=[turn.seq])
+        for f in find_artifacts(content)
+    ]
+
+
+def _tool_words(tool: str) -> frozenset[str]:
+    words = {w.lower() for w in _TOOL_WORDS.findall(tool)}
+    return frozenset(w for w in words if len(w) >= 3)
+
+
+def _todos_closed_by_tools(actions: list[Unit], ctx: Context) -> list[Unit]:
+    """A successful ``search_hotels`` call closes the open todo "search hotels in Kyoto"."""
+    closed: list[Unit] = []
+    for action in actions:
+        if not isinstance(action, ActionUnit) or action.status != "done":
+            continue
+        words = _tool_words(action.tool)
+        if len(words) < 2:
+            continue  # "search" alone says too little about which todo it served
+        seq = max(action.source_seqs)
+        for todo in list(ctx.todos):
+            if todo.seq < seq and words <= word_set(todo.text):
+                closed.append(
+                    TodoUnit(text=todo.text, key=todo.key, status="done", source_seqs=[seq])
+                )
+                ctx.todos.remove(todo)
+    return closed
+
+
+def _dedupe(units: list[Unit]) -> list[Unit]:
+    seen: set[str] = set()
+    unique: list[Unit] = []
+    for unit in sorted(units, key=lambda u: max(u.source_seqs)):
+        ident = unit.model_dump_json()
+        if ident not in seen:
+            seen.add(ident)
+            unique.append(unit)
+    return unique

@@ -1,0 +1,408 @@
+"""Per-sentence rule families for user and system speech, Chinese and English.
+
+Order matters and is deliberate (first match wins where families compete):
+
+1. noise and chit-chat → nothing;
+2. revocation ("取消…", "scratch that", "no longer…") → it does not also
+   become a constraint, even though "不再限制…" contains a constraint cue;
+3. high-stakes facts (allergies, medication, payment, identity) → pinned;
+4. explicit goal changes;
+5. "X is done / X 完成了" closing a known todo;
+6. parameters, preferences, constraints, todos, blockers, decisions, pending;
+7. a sentence nothing explains but that carries an amount or a date → a fact.
+
+A parameter change also retires an earlier constraint on that parameter
+("batch size must be 32" then "batch size 改成 64"), so the prompt never holds
+two contradicting numbers as both current.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.compression.extract import patterns as P
+from app.compression.extract.context import Context
+from app.compression.extract.entities import find_artifacts, has_amount_or_date
+from app.compression.state import (
+    BlockerUnit,
+    ConstraintUnit,
+    DecisionUnit,
+    FactUnit,
+    GoalUnit,
+    HighStakesCategory,
+    HighStakesUnit,
+    ParameterUnit,
+    PendingUnit,
+    PreferenceUnit,
+    RevocationUnit,
+    TodoUnit,
+    Unit,
+)
+from app.compression.text import clip, normalize, param_key
+
+TEXT_CHARS = 240
+_CLAUSE = re.compile(r"[，,；;]\s*")
+_NEGATION = re.compile(r"不要|别|不能|不得|禁止|(?i:\b(?:don'?t|do not|never|not)\b)")
+_NUMBER = re.compile(r"[¥$€£]?\d[\d,]*(?:\.\d+)?(?:e-?\d+)?\s?%?")
+# Words that lead into a name without being part of it ("actually the lr should be…").
+_HEDGE = re.compile(
+    r"^(?:.*\b)?(?:i think|i guess|i believe|maybe|perhaps|probably|i mean|actually|also|and|but"
+    r"|so|now|ok|okay|well|then|oh)\s+",
+    re.I,
+)
+_TODO_LEAD = re.compile(
+    r"^(?:i'?ll|i will|let me|we'?ll|we will|i'?m going to|we'?re going to)\s+"
+    r"|^(?:我会|我将|我来|我再)",
+    re.I,
+)
+_NAME_LEAD = re.compile(r"^(?:the|my|our|your)\s+", re.I)
+_TARGET_LEAD = re.compile(
+    r"^(?:之前的?|刚才的?|那个|这个|上面的?|前面的?)|^(?:the|my|that|this|about|on|of)\s+", re.I
+)
+# "取消评估模型这个任务": the task is "评估模型"; the tail only points at it.
+_TARGET_TRAIL = re.compile(
+    r"(?:这个|那个|的)?(?:任务|要求|限制|计划|事情|事|设置|约束)$|\s+(?:requirement|constraint|rule"
+    r"|restriction|task|plan|thing)s?$",
+    re.I,
+)
+
+
+def clean(sentence: str) -> str:
+    return P.LEADING_FILLER.sub("", P.BULLET.sub("", sentence)).strip()
+
+
+def is_noise(sentence: str) -> bool:
+    if len(normalize(sentence)) < 2 or P.NOISE.match(sentence):
+        return True
+    return _hinted(P.HINT_CHITCHAT, sentence) and P.CHITCHAT.search(sentence) is not None
+
+
+def is_question(sentence: str) -> bool:
+    # Same as P.QUESTION_END, without scanning the sentence for an end anchor.
+    text = sentence.rstrip()
+    return text.endswith(("?", "？")) or text.rstrip("。. ").endswith(("吗", "呢", "么"))
+
+
+def emphasized(sentence: str, turn_emphasized: bool) -> bool:
+    return turn_emphasized or P.EMPHASIS.search(sentence) is not None
+
+
+# ----------------------------------------------------------------------- families
+
+
+def _hinted(hint: re.Pattern[str], sentence: str) -> bool:
+    return hint.search(sentence.lower()) is not None
+
+
+def _suffix_target(sentence: str, end: int) -> str:
+    """The clause before a suffix cue: "…，周五前完成的要求不算了" → "周五前完成"."""
+    head = sentence[:end]
+    return re.split(r"[，,；;:：]", head)[-1][-50:]
+
+
+def revocation(sentence: str, seq: int, ctx: Context) -> RevocationUnit | None:
+    if not _hinted(P.HINT_REVOKE, sentence):
+        return None
+    m = P.REVOKE.search(sentence)
+    if m is None:
+        return None
+    if m.group("suffix") is not None:
+        target_text: str | None = _suffix_target(sentence, m.start("suffix"))
+    else:
+        target_text = next((g for g in m.groups() if g and g.strip()), None)
+    if target_text is None and m.group().strip().lower() in (
+        "no longer",
+        "not anymore",
+        "anymore",
+        "any more",
+    ):
+        target_text = P.REVOKE.sub(" ", sentence)
+    target_text = _TARGET_LEAD.sub("", (target_text or "").strip(" ，,。.")).strip()
+    target_text = _TARGET_TRAIL.sub("", target_text).strip() or target_text
+    match = ctx.best_match(ctx.revocable, target_text) if target_text else None
+    if match is not None:
+        target: str | None = match.key
+    elif target_text:
+        target = target_text
+    elif ctx.revocable:
+        # "scratch that" / "算了" with no object: the latest thing said.
+        target = ctx.revocable[-1].key
+    else:
+        return None
+    return RevocationUnit(text=clip(sentence, TEXT_CHARS), target=target, source_seqs=[seq])
+
+
+def high_stakes(sentence: str, seq: int) -> HighStakesUnit | None:
+    if not _hinted(P.HINT_HIGH_STAKES, sentence):
+        return None
+    for category, pattern in P.HIGH_STAKES:
+        if pattern.search(sentence):
+            # Keep a card or account number recognisable, never whole.
+            text = P.LONG_DIGITS.sub(lambda m: "****" + m.group(1), sentence)
+            cat: HighStakesCategory = category  # type: ignore[assignment]
+            return HighStakesUnit(
+                text=clip(text, TEXT_CHARS), category=cat, source_seqs=[seq], emphasized=True
+            )
+    return None
+
+
+def explicit_goal(sentence: str, seq: int, following: str | None) -> GoalUnit | None:
+    if not _hinted(P.HINT_GOAL, sentence):
+        return None
+    m = P.GOAL_EXPLICIT.search(sentence)
+    if m is None:
+        return None
+    text = next((g for g in m.groups() if g and g.strip()), None) or following
+    # "Change of plans: my goal is now X" — the innermost statement is the goal.
+    while text and (inner := P.GOAL_EXPLICIT.search(text)) is not None:
+        nested = next((g for g in inner.groups() if g and g.strip()), None)
+        if not nested or nested == text:
+            break
+        text = nested
+    if not text or len(normalize(text)) < 3:
+        return None
+    return GoalUnit(text=clip(text.strip(), TEXT_CHARS), explicit=True, source_seqs=[seq])
+
+
+def todo_done(sentence: str, seq: int, ctx: Context) -> TodoUnit | None:
+    if not ctx.todos or not _hinted(P.HINT_TODO_DONE, sentence):
+        return None
+    m = P.TODO_DONE.search(sentence)
+    if m is None:
+        return None
+    text = next((g for g in m.groups() if g), "")
+    ref = ctx.best_match(ctx.todos, text)
+    if ref is None:
+        return None
+    return TodoUnit(text=ref.text, key=ref.key, status="done", source_seqs=[seq])
+
+
+def _clean_value(value: str) -> str:
+    value = re.sub(r"^(?:了|成|为)\s*", "", value.strip())
+    return P.VALUE_CUT.sub("", value).strip(" \"'“”`")
+
+
+def _clean_name(name: str) -> str | None:
+    name = _NAME_LEAD.sub("", _HEDGE.sub("", name.strip())).strip(" \"'“”`")
+    name = P.ZH_CLAUSE_LEAD.sub("", name).lstrip("把将 ")
+    if not name or len(name) > 32 or len(name.split()) > 4 or P.PARAM_NAME_STOP.match(name):
+        return None
+    if P.CONSTRAINT.search(name):  # "只能用 CPU": 只能 is a rule cue, not a parameter
+        return None
+    return name
+
+
+def _param(name: str, value: str, old: str | None, seq: int) -> ParameterUnit | None:
+    clean_name, clean_value = _clean_name(name), _clean_value(value)
+    if clean_name is None or not clean_value or normalize(clean_name) == normalize(clean_value):
+        return None
+    previous = _clean_value(old) if old else None
+    return ParameterUnit(
+        name=clean_name, value=clip(clean_value, 80), previous=previous or None, source_seqs=[seq]
+    )
+
+
+def parameters(sentence: str, seq: int, ctx: Context) -> list[ParameterUnit]:
+    if not _hinted(P.HINT_PARAMETER, sentence):
+        return []
+    found: list[ParameterUnit | None] = []
+    for clause in _CLAUSE.split(sentence):
+        if _NEGATION.search(clause):
+            continue  # "不要把 X 改成 Y" is a constraint, not a change
+        stripped = P.ZH_CLAUSE_LEAD.sub("", clause.strip().rstrip("。.!！"))
+        m = P.ZH_SET.search(stripped)
+        if m and not _bare_use_in_word(stripped, m):
+            found.append(_param(m["name"], m["value"], m["old"], seq))
+    for m in P.EN_SET.finditer(sentence):
+        if not _NEGATION.search(sentence[: m.start()]):
+            found.append(_param(m["name"], m["value"], m["old"], seq))
+    for m in P.EN_SHOULD_BE.finditer(sentence):
+        found.append(_param(m["name"], m["value"], None, seq))
+    if not P.CONSTRAINT.search(sentence):  # "only use X for Y" is a rule, not a setting
+        for m in P.EN_USE_AS.finditer(sentence):
+            found.append(_param(m["name"], m["value"], None, seq))
+    for m in P.INSTEAD_OF.finditer(sentence):
+        value = m["value"] or m["value2"] or m["value3"]
+        old = m["old"] or m["old2"] or m["old3"]
+        owner = ctx.param_with_value(_clean_value(old))
+        if owner is not None:
+            found.append(_param(owner[0], value, owner[1], seq))
+    if "://" not in sentence and "==" not in sentence:
+        for m in P.ASSIGN.finditer(sentence):
+            found.append(_param(m["name"], m["value"], None, seq))
+    m = P.COLON_PAIR.match(sentence)
+    # "订单号：ORD-1" or "Docs: https://…" name an artifact, not a setting.
+    if m and not found and not find_artifacts(sentence):
+        found.append(_param(m["name"], m["value"], None, seq))
+    unique: dict[str, ParameterUnit] = {}
+    for unit in found:
+        if unit is not None:
+            unique[param_key(unit.name)] = unit  # the last mention in a sentence wins
+    return list(unique.values())
+
+
+def _bare_use_in_word(clause: str, m: re.Match[str]) -> bool:
+    """True when the set-verb matched is a bare 用/使用/采用 not followed by a value-like token.
+
+    "信用卡号…" or "使用说明" contain 用 but set nothing; "优化器用 AdamW" does.
+    """
+    verb = clause[m.end("name") : m.start("value")].strip()
+    if verb.startswith("从"):
+        return False
+    if verb.endswith(("用",)) and not verb.startswith(("必须", "应该")):
+        return not re.match(r"\s*[A-Za-z0-9\"“'¥$]", clause[m.start("value") :])
+    return False
+
+
+def superseded_constraints(unit: ParameterUnit, ctx: Context) -> list[RevocationUnit]:
+    """Retire earlier constraints that pin this parameter to a different value."""
+    name = normalize(_NAME_LEAD.sub("", unit.name))
+    seq = max(unit.source_seqs)
+    if len(name) < 2:
+        return []
+    revoked = []
+    for ref in ctx.constraints:
+        body = normalize(ref.text)
+        if ref.seq < seq and name in body and normalize(unit.value) not in body:
+            revoked.append(
+                RevocationUnit(
+                    text=f"{unit.name} → {unit.value}", target=ref.key, source_seqs=[seq]
+                )
+            )
+    return revoked
+
+
+def previous_from_constraint(unit: ParameterUnit, ctx: Context) -> str | None:
+    name = normalize(_NAME_LEAD.sub("", unit.name))
+    for ref in reversed(ctx.constraints):
+        if len(name) >= 2 and name in normalize(ref.text):
+            number = _NUMBER.search(ref.text.split(unit.name)[-1]) or _NUMBER.search(ref.text)
+            if number:
+                return number.group().strip()
+    return None
+
+
+def preference(sentence: str, seq: int, emph: bool) -> PreferenceUnit | None:
+    if not _hinted(P.HINT_PREFERENCE, sentence) or P.PREFERENCE.search(sentence) is None:
+        return None
+    return PreferenceUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq], emphasized=emph)
+
+
+def constraint(sentence: str, seq: int, emph: bool) -> ConstraintUnit | None:
+    if not _hinted(P.HINT_CONSTRAINT, sentence) or P.CONSTRAINT.search(sentence) is None:
+        return None
+    if is_question(sentence) and not P.REQUEST.search(sentence):
+        return None
+    # "batch size 必须是 32，学习率设为 3e-4": the second clause is a parameter, not
+    # part of the rule (and must not be retired with it when batch size changes).
+    clauses = _CLAUSE.split(sentence)
+    kept = [c for c in clauses if P.CONSTRAINT.search(c) or not _sets_parameter(c)]
+    text = "，".join(kept) if len(kept) < len(clauses) else sentence
+    return ConstraintUnit(text=clip(text, TEXT_CHARS), source_seqs=[seq], emphasized=emph)
+
+
+def _sets_parameter(clause: str) -> bool:
+    stripped = P.ZH_CLAUSE_LEAD.sub("", clause.strip().rstrip("。.!！"))
+    return bool(P.ZH_SET.search(stripped) or P.EN_SET.search(clause) or P.ASSIGN.search(clause))
+
+
+def prerequisites(sentence: str) -> list[str]:
+    if not _hinted(P.HINT_PREREQUISITE, sentence):
+        return []
+    found = []
+    for m in P.PREREQUISITE.finditer(sentence):
+        text = next((g for g in m.groups() if g), "").strip(" ，,。.")
+        if text:
+            found.append(clip(text, 80))
+    return found
+
+
+def todo(sentence: str, seq: int, emph: bool) -> TodoUnit | None:
+    if is_question(sentence) or not _hinted(P.HINT_TODO, sentence):
+        return None
+    m = P.TODO.search(sentence)
+    if m is None:
+        return None
+    text = next((g for g in m.groups() if g), "").strip(" ，,。.：:")
+    text = _TODO_LEAD.sub("", text)
+    if len(normalize(text)) < 2:
+        return None
+    return TodoUnit(
+        text=clip(text, TEXT_CHARS),
+        missing_prerequisites=prerequisites(sentence),
+        source_seqs=[seq],
+        emphasized=emph,
+    )
+
+
+def blocker(sentence: str, seq: int) -> BlockerUnit | None:
+    if is_question(sentence) or not _hinted(P.HINT_BLOCKER, sentence):
+        return None
+    if P.BLOCKER.search(sentence) is None:
+        return None
+    return BlockerUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])
+
+
+def decision(sentence: str, seq: int) -> DecisionUnit | None:
+    if is_question(sentence) or not _hinted(P.HINT_DECISION, sentence):
+        return None
+    if P.DECISION.search(sentence) is None:
+        return None
+    return DecisionUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])
+
+
+def user_pending(sentence: str, seq: int) -> PendingUnit | None:
+    if not _hinted(P.HINT_USER_PENDING, sentence) or P.USER_PENDING.search(sentence) is None:
+        return None
+    return PendingUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])
+
+
+def fact(sentence: str, seq: int) -> FactUnit | None:
+    if is_question(sentence) or not has_amount_or_date(sentence):
+        return None
+    return FactUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])
+
+
+def speech_units(
+    sentence: str, seq: int, ctx: Context, *, turn_emphasized: bool, following: str | None
+) -> tuple[list[Unit], bool]:
+    """Units of one user/system sentence and whether any rule explained it."""
+    emph = emphasized(sentence, turn_emphasized)
+    revoke = revocation(sentence, seq, ctx)
+    if revoke is not None:
+        return [revoke], True
+    units: list[Unit] = []
+    pinned = None if is_question(sentence) else high_stakes(sentence, seq)
+    if pinned is not None:
+        units.append(pinned)
+    goal = explicit_goal(sentence, seq, following)
+    if goal is not None:
+        return [*units, goal], True
+    done = todo_done(sentence, seq, ctx)
+    if done is not None:
+        return [*units, done], True
+    for param in parameters(sentence, seq, ctx):
+        if param.previous is None:
+            previous = previous_from_constraint(param, ctx)
+            if previous and normalize(previous) != normalize(param.value):
+                param = param.model_copy(update={"previous": previous})
+        units.append(param)
+        units.extend(superseded_constraints(param, ctx))
+    for family in (preference(sentence, seq, emph), constraint(sentence, seq, emph)):
+        if family is not None:
+            units.append(family)
+    has_constraint = any(u.kind == "constraint" for u in units)
+    for extra in (
+        todo(sentence, seq, emph),
+        None if has_constraint else blocker(sentence, seq),
+        decision(sentence, seq),
+        user_pending(sentence, seq),
+    ):
+        if extra is not None:
+            units.append(extra)
+    if pinned is not None and len(units) == 1:
+        return units, True
+    if not units:
+        found = fact(sentence, seq)
+        return ([found] if found else []), False
+    return units, True

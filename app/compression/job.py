@@ -1,0 +1,138 @@
+"""The compression job: snapshot → select turns → extract → merge → render → one commit.
+
+Everything slow (an LLM call) happens outside any transaction. The commit locks
+the session, checks that the state has not moved since the snapshot, then writes
+the new state version, the audit event and the compacted flags, and marks the
+job done, all at once: a crash before it changes nothing, a crash after it
+leaves nothing to redo.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.compression import repo
+from app.compression.diff import diff_summary
+from app.compression.extract.base import Extractor
+from app.compression.extract.fallback import extract_with_fallback
+from app.compression.merge import merge
+from app.compression.render import detect_language, render
+from app.compression.state import TurnView, dump_units
+from app.compression.triggers import TIER_FRACTIONS, select_turns, tier_for
+from app.core.config import Settings
+from app.core.tokens import count_tokens
+from app.jobs.worker import JobContext
+
+log = logging.getLogger(__name__)
+
+# Share of the default context budget the rendered state may take; the rest is
+# for memories and the recent raw turns.
+STATE_SHARE = 0.6
+MANUAL_TIER = len(TIER_FRACTIONS) + 1  # "compress now" takes all but the working window
+
+
+@dataclass
+class CompressionDeps:
+    settings: Settings
+    fallback: Extractor
+    primary: Extractor | None = None
+    on_compressed: Callable[[dict[str, Any]], None] | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which live turns one compression takes, and at which tier."""
+
+    tier: int
+    turns: list[TurnView]
+
+
+def plan(snap: repo.Snapshot, *, manual: bool, working_window: int) -> Plan:
+    views = [view for *_, view in snap.live]
+    done = MANUAL_TIER - 1 if manual else snap.compressions
+    chosen = select_turns(views, compressions_done=done, working_window=working_window)
+    return Plan(tier=tier_for(done), turns=chosen)
+
+
+def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
+    settings = deps.settings
+
+    async def handle(ctx: JobContext) -> None:
+        if ctx.job.session_id is None:
+            return
+        trigger = str(ctx.job.payload.get("trigger") or "token_threshold")
+        async with ctx.engine.connect() as conn:
+            snap = await repo.snapshot(conn, session_pk=ctx.job.session_id)
+        if snap is None:
+            return  # the session was deleted meanwhile
+        chosen = plan(
+            snap, manual=trigger == "manual", working_window=settings.working_window_turns
+        )
+        if not chosen.turns:
+            return
+        started = time.perf_counter()
+        result = await extract_with_fallback(deps.primary, deps.fallback, chosen.turns, snap.state)
+        language = snap.state.language or detect_language(v.content for *_, v in snap.live)
+        state = merge(
+            snap.state,
+            result.units,
+            decay_factor=settings.decay_factor,
+            through_seq=chosen.turns[-1].seq,
+            language=language,
+            semantic_threshold=settings.semantic_threshold,
+        )
+        rendered = render(
+            state, language=language, max_tokens=int(settings.context_max_tokens * STATE_SHARE)
+        )
+        by_seq = {view.seq: (pk, ext, tokens) for pk, ext, tokens, view in snap.live}
+        taken = [by_seq[v.seq] for v in chosen.turns]
+        input_tokens = sum(tokens for _, _, tokens in taken)
+        output_tokens = count_tokens(rendered)
+        event = {
+            "trigger": trigger,
+            "tier": chosen.tier,
+            "turn_ids": [ext for _, ext, _ in taken],
+            "turn_seqs": [v.seq for v in chosen.turns],
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "ratio": round(input_tokens / max(output_tokens, 1), 3),
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            "extractor": result.extractor,
+            "fallback_reason": result.fallback_reason,
+            "units": dump_units(result.units),
+            "rendered_state": rendered,
+            "change_summary": diff_summary(snap.state, state, language),
+            "job_id": ctx.job.id,
+        }
+
+        async def apply(conn: AsyncConnection) -> repo.Applied:
+            return await repo.apply_compression(
+                conn,
+                snap=snap,
+                state=state,
+                rendered=rendered,
+                rendered_tokens=output_tokens,
+                turn_pks=[pk for pk, _, _ in taken],
+                event=event,
+            )
+
+        applied = await ctx.commit(apply)
+        log.info(
+            "compressed %s turns of session %s: %s → %s tokens (%s)",
+            len(taken),
+            snap.session_pk,
+            input_tokens,
+            output_tokens,
+            result.extractor,
+            extra={"job_id": ctx.job.id, "session": snap.session_pk},
+        )
+        if deps.on_compressed is not None:
+            deps.on_compressed({**event, "event_id": applied.event_id})
+
+    return handle

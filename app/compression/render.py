@@ -1,0 +1,373 @@
+"""Rendering the task state as one dense, language-aware text block for the prompt.
+
+The template is fixed so agents (and tests) can rely on it:
+
+    ## Task state (through turn N)          ## 任务状态（截至第 N 轮）
+    Goal: …                                 目标：…
+    Constraints (must follow): - …          约束（必须遵守）：- …
+    Pinned facts: - …                       重要信息（始终适用）：- …
+    Actions taken (do not repeat):          已执行的操作（勿重复）：
+    Done tool(args) → result                已完成 tool(args) → result
+    Failed tool(args) → error               失败 tool(args) → error
+    Current parameters: - x: 64 (was 32)    当前参数：- x：64 (原为 32)
+    Awaiting the user: Pending: …           等待用户：待确认：…
+    Next steps: - … (missing: …)            下一步：- …（缺少：…）
+
+With ``max_tokens`` the lowest-priority lines go first (revoked items, facts,
+artifacts, old actions…); constraints, pinned facts and pending confirmations
+are never dropped, even if the block then exceeds the budget.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.compression.state import Action, Language, Note, TaskState
+from app.compression.text import clip
+from app.compression.text import detect_language as _detect
+from app.core.tokens import count_tokens as _count_tokens
+
+TokenCounter = Callable[[str], int]
+NEVER_DROP = math.inf
+DEFAULT_MIN_ACTIVITY = 0.05
+
+LABELS: dict[str, dict[str, str]] = {
+    "en": {
+        "title": "## Task state (through turn {n})",
+        "goal": "Goal: {text}",
+        "constraints": "Constraints (must follow):",
+        "pinned": "Pinned facts (always apply):",
+        "preferences": "Preferences:",
+        "actions": "Actions taken (do not repeat):",
+        "done": "Done",
+        "failed": "Failed",
+        "called": "Called",
+        "no_result": "no result recorded",
+        "calls": "{n} calls",
+        "failures": "{n} failed",
+        "params": "Current parameters:",
+        "param": "- {name}: {value}",
+        "was": " (was {old})",
+        "artifacts": "Ids and artifacts:",
+        "decisions": "Decisions:",
+        "answered": "- Answered: {q} → {a}",
+        "facts": "Facts:",
+        "pending_header": "Awaiting the user:",
+        "pending": "Pending: {text}",
+        "todos": "Next steps:",
+        "missing": " (missing: {items})",
+        "blockers": "Blockers:",
+        "revoked": "No longer applies:",
+        "notes": "Notes: {text}",
+        "sep": ", ",
+    },
+    "zh": {
+        "title": "## 任务状态（截至第 {n} 轮）",
+        "goal": "目标：{text}",
+        "constraints": "约束（必须遵守）：",
+        "pinned": "重要信息（始终适用）：",
+        "preferences": "偏好：",
+        "actions": "已执行的操作（勿重复）：",
+        "done": "已完成",
+        "failed": "失败",
+        "called": "已调用",
+        "no_result": "无结果记录",
+        "calls": "共 {n} 次",
+        "failures": "{n} 次失败",
+        "params": "当前参数：",
+        "param": "- {name}：{value}",
+        "was": " (原为 {old})",
+        "artifacts": "编号与产出：",
+        "decisions": "决定：",
+        "answered": "- 已答复：{q} → {a}",
+        "facts": "已知信息：",
+        "pending_header": "等待用户：",
+        "pending": "待确认：{text}",
+        "todos": "下一步：",
+        "missing": "（缺少：{items}）",
+        "blockers": "阻碍：",
+        "revoked": "已撤销（不再适用）：",
+        "notes": "备注：{text}",
+        "sep": "、",
+    },
+}
+
+# Drop order under a token budget: lowest first.
+_PRIORITY = {
+    "revoked": 0.0,
+    "facts": 1.0,
+    "notes": 1.0,
+    "answered": 1.5,
+    "artifacts": 2.0,
+    "todo_done": 2.0,
+    "decisions": 3.0,
+    "blockers": 4.0,
+    "preferences": 5.0,
+    "actions": 6.5,
+    "todos": 6.0,
+    "params": 7.0,
+    "goal": 8.0,
+}
+
+
+def detect_language(texts: Iterable[str | None]) -> Language:
+    """ "zh" or "en" by the share of CJK characters (see ``text.detect_language``)."""
+    return _detect(texts)
+
+
+@dataclass(slots=True)
+class _Line:
+    text: str
+    priority: float = NEVER_DROP
+    activity: float = 1.0
+    seq: int = 0
+
+
+@dataclass(slots=True)
+class _Section:
+    header: str | None
+    lines: list[_Line] = field(default_factory=list)
+
+
+def render(
+    state: TaskState,
+    *,
+    language: str | None = None,
+    max_tokens: int | None = None,
+    count_tokens: TokenCounter = _count_tokens,
+    min_activity: float = DEFAULT_MIN_ACTIVITY,
+) -> str:
+    """The state as prompt text ('' when there is nothing to say)."""
+    lang = language if language in LABELS else (state.language or "en")
+    sections = _sections(state, LABELS[lang], min_activity)
+    if not any(s.lines for s in sections):
+        return ""
+    title = LABELS[lang]["title"].format(n=state.last_seq)
+    if max_tokens is not None:
+        _fit(title, sections, max_tokens, count_tokens)
+    return _join(title, sections)
+
+
+def _join(title: str, sections: list[_Section]) -> str:
+    out = [title]
+    for section in sections:
+        if not section.lines:
+            continue
+        if section.header:
+            out.append(section.header)
+        out.extend(line.text for line in section.lines)
+    return "\n".join(out)
+
+
+def _fit(title: str, sections: list[_Section], budget: int, count: TokenCounter) -> None:
+    """Drop the lowest-priority lines until the block fits (never the undroppable ones)."""
+    droppable = sorted(
+        (
+            (line.priority, line.activity, line.seq, i, j)
+            for i, s in enumerate(sections)
+            for j, line in enumerate(s.lines)
+            if line.priority != NEVER_DROP
+        ),
+        reverse=True,
+    )
+    costs = {
+        (i, j): count(line.text) + 1
+        for i, s in enumerate(sections)
+        for j, line in enumerate(s.lines)
+    }
+    total = count(_join(title, sections))
+    removed: set[tuple[int, int]] = set()
+    while total > budget and droppable:
+        *_, i, j = droppable.pop()
+        removed.add((i, j))
+        total -= costs[(i, j)]
+        section = sections[i]
+        if section.header and all((i, k) in removed for k in range(len(section.lines))):
+            total -= count(section.header) + 1
+        if total <= budget:
+            # The estimate ignores how lines merge into tokens; confirm on the real text.
+            total = count(_join(title, _without(sections, removed)))
+    for i, section in enumerate(sections):
+        section.lines = [line for j, line in enumerate(section.lines) if (i, j) not in removed]
+
+
+def _without(sections: list[_Section], removed: set[tuple[int, int]]) -> list[_Section]:
+    return [
+        _Section(s.header, [line for j, line in enumerate(s.lines) if (i, j) not in removed])
+        for i, s in enumerate(sections)
+    ]
+
+
+# ----------------------------------------------------------------------- sections
+
+
+def _fmt_value(value: Any) -> str:
+    if isinstance(value, str):
+        return clip(value, 32)
+    return clip(json.dumps(value, ensure_ascii=False), 32)
+
+
+def format_call(action: Action) -> str:
+    args = list(action.arguments.items())
+    shown = ", ".join(f"{k}={_fmt_value(v)}" for k, v in args[:5])
+    if len(args) > 5:
+        shown += ", …"
+    return f"{action.tool}({clip(shown, 160)})"
+
+
+def _action_line(action: Action, lab: dict[str, str]) -> str:
+    marker = {"done": lab["done"], "failed": lab["failed"], "unknown": lab["called"]}[action.status]
+    summary = action.result_summary if action.status != "unknown" else lab["no_result"]
+    text = f"{marker} {format_call(action)}"
+    if summary:
+        text += f" → {summary}"
+    if action.repeats:
+        extra = [lab["calls"].format(n=len(action.attempts))]
+        failures = sum(1 for a in action.attempts if a.status == "failed")
+        if failures and action.status == "done":
+            extra.append(lab["failures"].format(n=failures))
+        text += f" ({lab['sep'].join(extra)})"
+    return text
+
+
+def _sections(state: TaskState, lab: dict[str, str], min_activity: float) -> list[_Section]:
+    def visible(activity: float) -> bool:
+        return activity >= min_activity
+
+    goal = _Section(None)
+    if state.goal is not None:
+        text = lab["goal"].format(text=state.goal.text)
+        if state.goal.history:
+            text += lab["was"].format(old=clip(state.goal.history[-1].value, 80))
+        goal.lines.append(_Line(text, _PRIORITY["goal"]))
+
+    constraints = _Section(
+        lab["constraints"],
+        [
+            _Line(f"- {c.text}" + (" (!)" if c.emphasized else ""), seq=c.last_seen)
+            for c in sorted(
+                state.active_constraints(), key=lambda c: (not c.emphasized, c.last_seen)
+            )
+        ],
+    )
+    pinned = _Section(
+        lab["pinned"], [_Line(f"- {h.text}", seq=h.last_seen) for h in state.high_stakes]
+    )
+    preferences = _Section(
+        lab["preferences"],
+        [
+            _Line(f"- {p.text}", _PRIORITY["preferences"], p.activity, p.last_seen)
+            for p in state.preferences
+            if p.status == "active"
+        ],
+    )
+
+    actions = _Section(
+        lab["actions"],
+        [
+            _Line(_action_line(a, lab), _PRIORITY["actions"], a.activity, a.seq)
+            for a in sorted(state.actions, key=lambda a: a.seq)
+            if visible(a.activity)
+        ],
+    )
+    actions.lines += [
+        _Line(f"{lab['done']} {t.text}", _PRIORITY["todo_done"], t.activity, t.last_seen)
+        for t in state.todos
+        if t.status == "done" and visible(t.activity)
+    ]
+
+    params = _Section(lab["params"])
+    for p in state.parameters:
+        text = lab["param"].format(name=p.name, value=p.value)
+        if p.history:
+            text += lab["was"].format(old=p.history[-1].value)
+        params.lines.append(_Line(text, _PRIORITY["params"], p.activity, p.source_seq))
+
+    artifacts = _Section(
+        lab["artifacts"],
+        [
+            _Line(f"- {a.label or a.kind}: {a.value}", _PRIORITY["artifacts"], a.activity, a.seq)
+            for a in state.artifacts
+            if visible(a.activity)
+        ],
+    )
+    decisions = _Section(
+        lab["decisions"],
+        [
+            _Line(f"- {d.text}", _PRIORITY["decisions"], d.activity, d.last_seen)
+            for d in state.decisions
+            if d.status == "active" and visible(d.activity)
+        ],
+    )
+    decisions.lines += [
+        _Line(
+            lab["answered"].format(q=clip(p.text, 100), a=p.resolution or ""),
+            _PRIORITY["answered"],
+            1.0,
+            p.resolved_seq or p.last_seen,
+        )
+        for p in state.pending
+        if p.status == "resolved"
+    ]
+    facts = _Section(
+        lab["facts"],
+        [
+            _Line(f"- {f.text}", _PRIORITY["facts"], f.activity, f.last_seen)
+            for f in state.facts
+            if f.status == "active" and visible(f.activity)
+        ],
+    )
+    pending = _Section(
+        lab["pending_header"],
+        [_Line(lab["pending"].format(text=p.text), seq=p.last_seen) for p in state.open_pending()],
+    )
+    todos = _Section(lab["todos"])
+    for t in state.todos:
+        if t.status != "open" or not visible(t.activity):
+            continue
+        text = f"- {t.text}"
+        if t.missing_prerequisites:
+            text += lab["missing"].format(items=lab["sep"].join(t.missing_prerequisites))
+        todos.lines.append(_Line(text, _PRIORITY["todos"], t.activity, t.last_seen))
+    blockers = _Section(
+        lab["blockers"],
+        [
+            _Line(f"- {b.text}", _PRIORITY["blockers"], b.activity, b.last_seen)
+            for b in state.blockers
+            if b.status == "active" and visible(b.activity)
+        ],
+    )
+    revoked_items: list[Note] = [c for c in state.constraints if c.status == "revoked"]
+    revoked_items += [n for n in state.preferences + state.decisions if n.status == "revoked"]
+    revoked = _Section(
+        lab["revoked"],
+        [_Line(f"- {r.text}", _PRIORITY["revoked"], r.activity, r.last_seen) for r in revoked_items]
+        + [
+            _Line(f"- {t.text}", _PRIORITY["revoked"], t.activity, t.last_seen)
+            for t in state.todos
+            if t.status == "cancelled" and visible(t.activity)
+        ],
+    )
+    notes = _Section(None)
+    if state.summary:
+        notes.lines.append(_Line(lab["notes"].format(text=state.summary), _PRIORITY["notes"]))
+    return [
+        goal,
+        constraints,
+        pinned,
+        preferences,
+        actions,
+        params,
+        artifacts,
+        decisions,
+        facts,
+        pending,
+        todos,
+        blockers,
+        revoked,
+        notes,
+    ]
