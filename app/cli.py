@@ -98,16 +98,15 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     import httpx
 
     from app.db.engine import make_engine
-    from app.jobs.handlers import build_handlers
-    from app.jobs.worker import Worker
+    from app.jobs.handlers import build_embedder_from_settings, build_worker
 
     url = prepare_database(settings)
 
     async def run() -> None:
         engine = make_engine(url, pool_size=settings.worker_concurrency + 2)
         http = httpx.AsyncClient()
-        worker = Worker(
-            engine=engine, handlers=build_handlers(settings, http=http), settings=settings
+        worker = build_worker(
+            settings, engine, http=http, embedder=build_embedder_from_settings(settings, http)
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -19,8 +19,7 @@ from app.core.config import Settings
 from app.core.tokens import encoding
 from app.db.engine import make_engine
 from app.db.migrate import head_revision
-from app.jobs.handlers import build_handlers
-from app.jobs.worker import Worker, metrics_on_job_event
+from app.jobs.handlers import build_embedder_from_settings, build_worker
 from app.observability.metrics import Metrics
 from app.observability.middleware import ObservabilityMiddleware
 
@@ -47,12 +46,17 @@ def create_app(
         stop = asyncio.Event()
         worker_task = None
         http = httpx.AsyncClient()
+        app.state.embedder = build_embedder_from_settings(settings, http)
+        warm = getattr(app.state.embedder, "warm_up", None)
+        # The model loads in the background; the first query embeds on a warm model.
+        warming = asyncio.create_task(warm()) if warm is not None else None
         if settings.embedded_worker:
-            worker = Worker(
-                engine=app.state.engine,
-                handlers=build_handlers(settings, http=http, metrics=metrics),
-                settings=settings,
-                on_event=metrics_on_job_event(metrics),
+            worker = build_worker(
+                settings,
+                app.state.engine,
+                http=http,
+                metrics=metrics,
+                embedder=app.state.embedder,
             )
             worker_task = asyncio.create_task(worker.run(stop))
         try:
@@ -61,6 +65,8 @@ def create_app(
             stop.set()
             if worker_task is not None:
                 await worker_task
+            if warming is not None:
+                await warming
             await http.aclose()
             if own_engine:
                 await app.state.engine.dispose()

@@ -94,6 +94,8 @@ def make_settings(db_url: str, **overrides: object) -> Settings:
         "embedded_worker": False,
         "job_poll_interval_s": 0.05,
         "job_backoff_base_s": 0.05,
+        # A deterministic, instant embedder; tests of retrieval quality ask for "use".
+        "embedder": "hash",
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

@@ -27,6 +27,7 @@ from app.compression.state import TurnView, dump_units
 from app.compression.triggers import TIER_FRACTIONS, select_turns, tier_for
 from app.core.config import Settings
 from app.core.tokens import count_tokens
+from app.jobs import queue
 from app.jobs.worker import JobContext
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
         }
 
         async def apply(conn: AsyncConnection) -> repo.Applied:
-            return await repo.apply_compression(
+            applied = await repo.apply_compression(
                 conn,
                 snap=snap,
                 state=state,
@@ -121,6 +122,15 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
                 turn_pks=[pk for pk, _, _ in taken],
                 event=event,
             )
+            # What outlives the session goes to long-term memory, in its own job.
+            await queue.enqueue(
+                conn,
+                tenant_id=snap.tenant_id,
+                session_id=snap.session_pk,
+                kind="promote",
+                max_attempts=settings.job_max_attempts,
+            )
+            return applied
 
         applied = await ctx.commit(apply)
         log.info(

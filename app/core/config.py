@@ -71,6 +71,21 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(default=30.0, gt=0)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
 
+    # Long-term memory
+    embedder: str = Field(
+        default="use",
+        description="use (multilingual USE, offline) | openai (an /embeddings API at"
+        " embedding_base_url, 512-d) | hash (lexical, tests) | none (no long-term memory)",
+    )
+    embedding_base_url: str | None = None
+    embedding_api_key: str | None = None
+    embedding_model: str = "text-embedding-3-small"
+    memory_ttl_days: int = Field(default=90, ge=1, le=36500)
+    memory_budget_tokens: int = Field(default=400, ge=0, le=100_000)
+    memory_top_k: int = Field(default=3, ge=0, le=50)
+    memory_sweep_interval_s: float = Field(default=300.0, gt=0)
+    restatement_threshold: float = Field(default=0.85, gt=0, le=1)
+
     # Logging
     log_level: str = "INFO"
     log_json: bool = Field(default=True, description="One JSON object per log line.")

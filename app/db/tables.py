@@ -160,6 +160,8 @@ jobs = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("finished_at", DateTime(timezone=True)),
+    # Jobs not tied to a session (a user's embeddings) dedup on this key instead.
+    Column("dedup_key", Text),
     CheckConstraint("status IN ('queued', 'running', 'done', 'dead')", name="jobs_status_check"),
     Index("jobs_runnable_idx", "run_after", "id", postgresql_where=text("status = 'queued'")),
     Index("jobs_lease_idx", "locked_until", postgresql_where=text("status = 'running'")),
@@ -171,6 +173,12 @@ jobs = Table(
         "kind",
         unique=True,
         postgresql_where=text("status = 'queued' AND session_id IS NOT NULL"),
+    ),
+    Index(
+        "jobs_one_queued_key_idx",
+        "dedup_key",
+        unique=True,
+        postgresql_where=text("status = 'queued' AND dedup_key IS NOT NULL"),
     ),
     Index(
         "jobs_one_running_idx",

@@ -210,6 +210,15 @@ async def ingest_turns(
             compressions=row.compressions,
         )
         trigger = await policy(conn, counters, [(seq, t) for seq, _, t in new])
+        if any(t.role == "user" and t.content for _, _, t in new):
+            # Episodes and the embedding /context reuses; the worker batches them.
+            await queue.enqueue(
+                conn,
+                tenant_id=tenant,
+                session_id=sid,
+                kind="index_session",
+                max_attempts=job_max_attempts,
+            )
         if trigger is not None:
             await queue.enqueue(
                 conn,

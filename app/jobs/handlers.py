@@ -6,13 +6,22 @@ from typing import Any
 
 import httpx
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.compression.extract.llm import LLMExtractor
 from app.compression.extract.rules import RuleExtractor
 from app.compression.job import CompressionDeps, compress_handler
 from app.core.config import Settings
-from app.jobs.worker import Handler, JobContext
+from app.db.tables import EMBEDDING_DIM
+from app.jobs.worker import Handler, JobContext, Worker, metrics_on_job_event
+from app.memories.embed import Embedder, build_embedder
+from app.memories.jobs import (
+    MemoryDeps,
+    embed_memories_handler,
+    index_session_handler,
+    promote_handler,
+    sweep_expired,
+)
 from app.observability.metrics import Metrics
 from app.providers.llm import chat_client_from_settings
 
@@ -36,7 +45,11 @@ async def recount_tokens(ctx: JobContext) -> None:
 
 
 def build_handlers(
-    settings: Settings, *, http: httpx.AsyncClient | None = None, metrics: Metrics | None = None
+    settings: Settings,
+    *,
+    http: httpx.AsyncClient | None = None,
+    metrics: Metrics | None = None,
+    embedder: Embedder | None = None,
 ) -> dict[str, Handler]:
     """Handlers for every job kind; the LLM extractor only when an LLM is configured."""
     client = chat_client_from_settings(settings, http) if http is not None else None
@@ -54,4 +67,57 @@ def build_handlers(
     compression = CompressionDeps(
         settings=settings, fallback=RuleExtractor(), primary=primary, on_compressed=on_compressed
     )
-    return {"recount_tokens": recount_tokens, "compress": compress_handler(compression)}
+    handlers: dict[str, Handler] = {
+        "recount_tokens": recount_tokens,
+        "compress": compress_handler(compression),
+    }
+    if embedder is not None:
+        memory = MemoryDeps(settings=settings, embedder=embedder)
+        handlers["embed_memories"] = embed_memories_handler(memory)
+        handlers["index_session"] = index_session_handler(memory)
+        handlers["promote"] = promote_handler(memory)
+    return handlers
+
+
+def build_embedder_from_settings(settings: Settings, http: httpx.AsyncClient) -> Embedder | None:
+    """The configured embedder at the dimension the schema stores; None when disabled."""
+    if settings.embedder == "none":
+        return None
+    embedder = build_embedder(
+        settings.embedder,
+        http=http,
+        base_url=settings.embedding_base_url,
+        api_key=settings.embedding_api_key,
+        model=settings.embedding_model,
+        dim=EMBEDDING_DIM,
+    )
+    if embedder.dim != EMBEDDING_DIM:
+        raise ValueError(
+            f"embedder {embedder.model_id} gives {embedder.dim}-d vectors; the memories table"
+            f" stores {EMBEDDING_DIM}-d (a different dimension needs a migration)"
+        )
+    return embedder
+
+
+def build_worker(
+    settings: Settings,
+    engine: AsyncEngine,
+    *,
+    http: httpx.AsyncClient,
+    metrics: Metrics | None = None,
+    embedder: Embedder | None = None,
+) -> Worker:
+    """A worker with every handler and the periodic memory sweep."""
+
+    async def sweep() -> None:
+        deleted = await sweep_expired(engine)
+        if metrics is not None and deleted:
+            metrics.memories_expired.inc(deleted)
+
+    return Worker(
+        engine=engine,
+        handlers=build_handlers(settings, http=http, metrics=metrics, embedder=embedder),
+        settings=settings,
+        on_event=metrics_on_job_event(metrics) if metrics is not None else None,
+        periodic=[(settings.memory_sweep_interval_s, sweep)],
+    )

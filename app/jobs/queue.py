@@ -37,13 +37,13 @@ class Job:
     created_at: datetime
 
 
-# enqueue: add a job unless one of the same kind already waits for the session.
+# enqueue: add a job unless an equal one already waits (same kind for the same
+# session, or the same dedup key); the unique partial indexes decide.
 ENQUEUE = text("""
-    INSERT INTO jobs (tenant_id, session_id, kind, payload, max_attempts, run_after)
+    INSERT INTO jobs (tenant_id, session_id, kind, payload, max_attempts, run_after, dedup_key)
     VALUES (:tenant_id, :session_id, :kind, CAST(:payload AS jsonb), :max_attempts,
-            now() + make_interval(secs => :delay_s))
-    ON CONFLICT (session_id, kind) WHERE status = 'queued' AND session_id IS NOT NULL
-    DO NOTHING
+            now() + make_interval(secs => :delay_s), :dedup_key)
+    ON CONFLICT DO NOTHING
     RETURNING id
 """)
 
@@ -111,6 +111,7 @@ async def enqueue(
     payload: dict[str, Any] | None = None,
     max_attempts: int,
     delay_s: float = 0.0,
+    dedup_key: str | None = None,
 ) -> int | None:
     """Add a job in the caller's transaction; None when an equal job already waits."""
     row = (
@@ -123,6 +124,7 @@ async def enqueue(
                 "payload": json.dumps(payload or {}),
                 "max_attempts": max_attempts,
                 "delay_s": delay_s,
+                "dedup_key": dedup_key,
             },
         )
     ).first()

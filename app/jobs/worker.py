@@ -13,7 +13,8 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -67,6 +68,8 @@ class Worker:
     settings: Settings
     name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     on_event: Callable[[str, Job, dict[str, Any]], None] | None = None
+    # Housekeeping run every `interval` seconds by each worker (idempotent tasks only).
+    periodic: Sequence[tuple[float, Callable[[], Awaitable[Any]]]] = ()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Work until ``stop`` is set."""
@@ -74,8 +77,10 @@ class Worker:
         listener = asyncio.create_task(self._listen(wake, stop))
         running: set[asyncio.Task[None]] = set()
         capacity = self.settings.worker_concurrency
+        due = [time.monotonic() + interval for interval, _ in self.periodic]
         try:
             while not stop.is_set():
+                await self._run_periodic(due)
                 claimed = False
                 while len(running) < capacity and not stop.is_set():
                     job = await self._claim_safely()
@@ -98,6 +103,17 @@ class Worker:
             for task in list(running):
                 task.cancel()
             await asyncio.gather(listener, *running, return_exceptions=True)
+
+    async def _run_periodic(self, due: list[float]) -> None:
+        now = time.monotonic()
+        for i, (interval, task) in enumerate(self.periodic):
+            if now < due[i]:
+                continue
+            due[i] = now + interval
+            try:
+                await task()
+            except (OSError, DBAPIError, OperationalError) as exc:
+                log.warning("periodic task failed: %s", exc)
 
     async def run_once(self) -> Job | None:
         """Claim and run one job, if any is runnable (tests, `mnemo worker --once`)."""

@@ -84,10 +84,11 @@ UPSERT_USER = text("""
 INSERT_MEMORY = text("""
     INSERT INTO memories (tenant_id, user_id, kind, text, text_key, pinned, source, metadata,
                           session_id, ttl_days, expires_at, terms)
-    VALUES (:tenant, :user_pk, :kind, :text, :text_key, :pinned, CAST(:source AS jsonb),
-            CAST(:metadata AS jsonb), :session_pk, :ttl_days,
-            CASE WHEN :pinned OR :ttl_days IS NULL THEN NULL
-                 ELSE now() + make_interval(days => :ttl_days) END,
+    VALUES (:tenant, :user_pk, :kind, :text, :text_key, CAST(:pinned AS boolean),
+            CAST(:source AS jsonb), CAST(:metadata AS jsonb), :session_pk,
+            CAST(:ttl_days AS integer),
+            CASE WHEN CAST(:pinned AS boolean) OR CAST(:ttl_days AS integer) IS NULL THEN NULL
+                 ELSE now() + make_interval(days => CAST(:ttl_days AS integer)) END,
             CAST(:terms AS text[]))
     RETURNING id
 """)
@@ -95,8 +96,8 @@ INSERT_MEMORY = text("""
 # confirm: a restatement refreshes the memory instead of duplicating it.
 CONFIRM = text("""
     UPDATE memories SET last_confirmed_at = now(), times_confirmed = times_confirmed + 1,
-        pinned = pinned OR :pinned,
-        expires_at = CASE WHEN pinned OR :pinned OR ttl_days IS NULL THEN NULL
+        pinned = pinned OR CAST(:pinned AS boolean),
+        expires_at = CASE WHEN pinned OR CAST(:pinned AS boolean) OR ttl_days IS NULL THEN NULL
                           ELSE now() + make_interval(days => ttl_days) END
     WHERE id = :id AND user_id = :user_pk
 """)

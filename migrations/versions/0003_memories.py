@@ -34,6 +34,14 @@ def upgrade() -> None:
     )
     op.add_column("sessions", sa.Column("last_user_seq", sa.Integer))
     op.add_column("sessions", sa.Column("last_user_embedding", Vector(DIM)))
+    op.add_column("jobs", sa.Column("dedup_key", sa.Text))
+    op.create_index(
+        "jobs_one_queued_key_idx",
+        "jobs",
+        ["dedup_key"],
+        unique=True,
+        postgresql_where=sa.text("status = 'queued' AND dedup_key IS NOT NULL"),
+    )
     op.create_table(
         "memories",
         sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
@@ -97,5 +105,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("memories")
+    op.drop_index("jobs_one_queued_key_idx", table_name="jobs")
+    op.drop_column("jobs", "dedup_key")
     for column in ("last_user_embedding", "last_user_seq", "live_turns", "episode_seq"):
         op.drop_column("sessions", column)

@@ -127,7 +127,7 @@ async def test_session_summary_and_delete(client: httpx.AsyncClient, engine: Asy
     await post_turns(client, "s-d", BOOKING, user="u-9")
     s = (await client.get("/v1/sessions/s-d")).json()
     assert s["user_id"] == "u-9" and s["turn_count"] == 3 and s["state_version"] == 0
-    assert s["pending_jobs"] == 0 and s["last_compression_at"] is None
+    assert s["pending_jobs"] == 1 and s["last_compression_at"] is None  # episode indexing
     assert (await client.delete("/v1/sessions/s-d")).status_code == 204
     assert (await client.get("/v1/sessions/s-d")).status_code == 404
     assert (await client.delete("/v1/sessions/s-d")).status_code == 404

@@ -21,7 +21,8 @@ async def job_rows(engine: AsyncEngine) -> list:
 
 
 async def new_session(client: httpx.AsyncClient, engine: AsyncEngine, name: str = "s") -> int:
-    await post_turns(client, name, [{"role": "user", "content": "hi"}])
+    # An assistant turn: it queues no job of its own (a user turn queues episode indexing).
+    await post_turns(client, name, [{"role": "assistant", "content": "hi"}])
     async with engine.connect() as conn:
         return int(
             (
@@ -70,8 +71,9 @@ async def test_trigger_enqueues_one_compression_in_the_ingest_transaction(
             assert r["compression_scheduled"] is True and r["trigger"] == "token_threshold"
             r = (await post_turns(c, "s", big)).json()
             assert r["compression_scheduled"] is True
-            assert (await c.get("/v1/sessions/s")).json()["pending_jobs"] == 1
-    jobs = await job_rows(engine)
+            # one compression and one episode-indexing job wait
+            assert (await c.get("/v1/sessions/s")).json()["pending_jobs"] == 2
+    jobs = [j for j in await job_rows(engine) if j["kind"] == "compress"]
     # The second trigger found a compression already waiting: still one job.
     assert [(j["kind"], j["status"]) for j in jobs] == [("compress", "queued")]
     assert jobs[0]["payload"] == {"trigger": "token_threshold"}

@@ -26,7 +26,7 @@ async def test_metrics_count_turns_contexts_and_requests(client: httpx.AsyncClie
     assert "mnemo_turns_ingested_total 3.0" in body
     assert "mnemo_context_tokens_count 1.0" in body
     assert 'route="/v1/sessions/{session_id}/turns"' in body
-    assert 'mnemo_job_queue_depth{status="queued"} 0.0' in body
+    assert 'mnemo_job_queue_depth{status="queued"} 1.0' in body  # episode indexing
 
 
 async def test_request_id_is_echoed_or_made(client: httpx.AsyncClient) -> None:

@@ -1,0 +1,307 @@
+"""Worker jobs of long-term memory: embed, index a session's episodes, promote, sweep.
+
+Embedding runs here, batched, never on the ingest path. Each job computes
+outside any transaction and writes through ``JobContext.commit``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.compression.state import TaskState, TurnView
+from app.core.config import Settings
+from app.jobs.worker import Handler, JobContext
+from app.memories import repo
+from app.memories.chunk import chunk_turns
+from app.memories.embed import Embedder
+from app.memories.lexical import lexical_terms
+from app.memories.promote import (
+    Confirm,
+    ExistingMemory,
+    Insert,
+    Supersede,
+    decide,
+    select_candidates,
+    vector_similarity,
+)
+from app.memories.service import text_key
+
+log = logging.getLogger(__name__)
+
+EMBED_BATCH = 64
+SIMILAR_EXISTING = 8
+
+
+@dataclass
+class MemoryDeps:
+    settings: Settings
+    embedder: Embedder
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def parse_vector(value: Any) -> list[float]:
+    return [float(x) for x in (json.loads(value) if isinstance(value, str) else value)]
+
+
+# ---------------------------------------------------------------- embed_memories
+
+
+def embed_memories_handler(deps: MemoryDeps) -> Handler:
+    async def handle(ctx: JobContext) -> None:
+        user_pk = int(ctx.job.payload["user_pk"])
+        while True:
+            async with ctx.engine.connect() as conn:
+                pending = await repo.pending_embeddings(conn, user_pk=user_pk, batch=EMBED_BATCH)
+            if not pending:
+                return
+            vectors = await deps.embedder.embed([t for _, t in pending])
+
+            async def apply(conn: AsyncConnection, pending=pending, vectors=vectors) -> None:
+                for (memory_id, _), vector in zip(pending, vectors, strict=True):
+                    await repo.set_embedding(
+                        conn, memory_id=memory_id, embedding=vector, model=deps.embedder.model_id
+                    )
+
+            if len(pending) < EMBED_BATCH:
+                await ctx.commit(apply)
+                return
+            async with ctx.engine.begin() as conn:  # more to come: commit this batch alone
+                await apply(conn)
+
+    return handle
+
+
+# ---------------------------------------------------------------- index_session
+
+INDEX_HEAD = text("""
+    SELECT s.id, s.tenant_id, s.external_id, s.user_id, s.episode_seq, s.last_user_seq
+    FROM sessions s WHERE s.id = :sid
+""")
+
+# The turns not yet covered by a closed episode, oldest first.
+UNINDEXED_TURNS = text("""
+    SELECT seq, role, content, tool_calls, tool_call_id, name, metadata
+    FROM turns WHERE session_id = :sid AND seq > :after ORDER BY seq
+""")
+
+DROP_OPEN_EPISODES = text("""
+    DELETE FROM memories
+    WHERE session_id = :sid AND kind = 'episode' AND (metadata->>'open')::boolean
+""")
+
+INSERT_EPISODE = text("""
+    INSERT INTO memories (tenant_id, user_id, kind, text, text_key, source, metadata, session_id,
+                          ttl_days, expires_at, terms, embedding, embedding_model, embedding_dim)
+    VALUES (:tenant, :user_pk, 'episode', :text, :text_key, CAST(:source AS jsonb),
+            CAST(:metadata AS jsonb), :sid, :ttl_days, now() + make_interval(days => :ttl_days),
+            CAST(:terms AS text[]), CAST(:embedding AS vector), :model, :dim)
+""")
+
+SET_SESSION_INDEX = text("""
+    UPDATE sessions SET episode_seq = greatest(episode_seq, :episode_seq),
+        last_user_seq = coalesce(:last_user_seq, last_user_seq),
+        last_user_embedding = coalesce(CAST(:last_user_embedding AS vector), last_user_embedding)
+    WHERE id = :sid
+""")
+
+
+def index_session_handler(deps: MemoryDeps) -> Handler:
+    """Chunk new turns into episodes (the last chunk stays open and is redone next
+    time), embed them, and embed the newest user turn so /context can reuse it."""
+
+    async def handle(ctx: JobContext) -> None:
+        sid = ctx.job.session_id
+        async with ctx.engine.connect() as conn:
+            head = (await conn.execute(INDEX_HEAD, {"sid": sid})).first()
+            if head is None:
+                return
+            rows = (
+                await conn.execute(UNINDEXED_TURNS, {"sid": sid, "after": head.episode_seq})
+            ).all()
+        if not rows:
+            return
+        turns = [
+            TurnView(
+                seq=r.seq,
+                role=r.role,
+                content=r.content,
+                tool_calls=_json(r.tool_calls),
+                tool_call_id=r.tool_call_id,
+                name=r.name,
+                metadata=_json(r.metadata) or {},
+            )
+            for r in rows
+        ]
+        chunks = chunk_turns(turns)
+        users = [t for t in turns if t.role == "user" and t.content]
+        newest_user = users[-1] if users and users[-1].seq != head.last_user_seq else None
+        texts = [c.text for c in chunks] + ([newest_user.content or ""] if newest_user else [])
+        vectors = await deps.embedder.embed(texts) if texts else []
+        ttl = deps.settings.memory_ttl_days
+        # Every chunk but the last is closed; the last may still grow with the session.
+        closed_through = chunks[-2].seqs[-1] if len(chunks) >= 2 else head.episode_seq
+
+        async def apply(conn: AsyncConnection) -> None:
+            await conn.execute(DROP_OPEN_EPISODES, {"sid": sid})
+            for i, (chunk, vector) in enumerate(zip(chunks, vectors, strict=False)):
+                await conn.execute(
+                    INSERT_EPISODE,
+                    {
+                        "tenant": head.tenant_id,
+                        "user_pk": head.user_id,
+                        "text": chunk.text,
+                        "text_key": text_key(chunk.text),
+                        "source": json.dumps(
+                            {
+                                "session_id": head.external_id,
+                                "seqs": chunk.seqs,
+                                "dataset_ids": chunk.dataset_ids,
+                            },
+                            ensure_ascii=False,
+                        ),
+                        "metadata": json.dumps({"open": i == len(chunks) - 1}),
+                        "sid": sid,
+                        "ttl_days": ttl,
+                        "terms": lexical_terms(chunk.text),
+                        "embedding": repo.vector_literal(vector),
+                        "model": deps.embedder.model_id,
+                        "dim": len(vector),
+                    },
+                )
+            await conn.execute(
+                SET_SESSION_INDEX,
+                {
+                    "sid": sid,
+                    "episode_seq": closed_through,
+                    "last_user_seq": newest_user.seq if newest_user else None,
+                    "last_user_embedding": repo.vector_literal(vectors[-1])
+                    if newest_user
+                    else None,
+                },
+            )
+
+        await ctx.commit(apply)
+
+    return handle
+
+
+# ---------------------------------------------------------------- promote
+
+PROMOTE_HEAD = text("""
+    SELECT s.tenant_id, s.external_id, s.user_id, ts.state
+    FROM sessions s JOIN task_states ts ON ts.session_id = s.id
+    WHERE s.id = :sid
+""")
+
+# similar_existing: a user's live curated memories nearest to a vector, with theirs.
+SIMILAR_EXISTING_SQL = text("""
+    SELECT id, kind, text, embedding FROM memories
+    WHERE user_id = :user_pk AND superseded_by IS NULL AND kind <> 'episode'
+      AND embedding IS NOT NULL AND embedding_model = :model
+    ORDER BY (embedding <=> CAST(:q AS vector)) + 0
+    LIMIT :k
+""")
+
+
+def promote_handler(deps: MemoryDeps) -> Handler:
+    """Carry a compressed session's standing facts into the user's long-term memory."""
+
+    async def handle(ctx: JobContext) -> None:
+        async with ctx.engine.connect() as conn:
+            head = (await conn.execute(PROMOTE_HEAD, {"sid": ctx.job.session_id})).first()
+        if head is None:
+            return
+        candidates = select_candidates(TaskState.model_validate(_json(head.state)))
+        if not candidates:
+            return
+        model = deps.embedder.model_id
+        vectors = dict(
+            zip(
+                [c.text for c in candidates],
+                await deps.embedder.embed([c.text for c in candidates]),
+                strict=True,
+            )
+        )
+        plans = []
+        async with ctx.engine.connect() as conn:
+            for candidate in candidates:
+                rows = (
+                    await conn.execute(
+                        SIMILAR_EXISTING_SQL,
+                        {
+                            "user_pk": head.user_id,
+                            "model": model,
+                            "k": SIMILAR_EXISTING,
+                            "q": repo.vector_literal(vectors[candidate.text]),
+                        },
+                    )
+                ).all()
+                existing = [ExistingMemory(id=r.id, text=r.text, kind=r.kind) for r in rows]
+                known = {**vectors, **{r.text: parse_vector(r.embedding) for r in rows}}
+                decision = decide(
+                    candidate,
+                    existing,
+                    similarity=vector_similarity(known),
+                    threshold=deps.settings.restatement_threshold,
+                )
+                plans.append((candidate, decision))
+
+        async def apply(conn: AsyncConnection) -> None:
+            for candidate, decision in plans:
+                if isinstance(decision, Confirm):
+                    await repo.confirm(
+                        conn,
+                        memory_id=decision.memory_id,
+                        user_pk=head.user_id,
+                        pinned=candidate.pinned,
+                    )
+                    continue
+                new_id = await repo.insert_memory(
+                    conn,
+                    tenant=head.tenant_id,
+                    user_pk=head.user_id,
+                    kind=candidate.kind,
+                    text_=candidate.text,
+                    text_key=text_key(candidate.text),
+                    pinned=candidate.pinned,
+                    ttl_days=None if candidate.pinned else deps.settings.memory_ttl_days,
+                    source={"session_id": head.external_id, "seqs": candidate.source_seqs},
+                    metadata={"promoted": True, "emphasized": candidate.emphasized},
+                    terms=lexical_terms(candidate.text),
+                )
+                await repo.set_embedding(
+                    conn, memory_id=new_id, embedding=vectors[candidate.text], model=model
+                )
+                if isinstance(decision, Supersede):
+                    await repo.supersede(
+                        conn, old_id=decision.memory_id, new_id=new_id, user_pk=head.user_id
+                    )
+                else:
+                    assert isinstance(decision, Insert)
+
+        await ctx.commit(apply)
+
+    return handle
+
+
+# ---------------------------------------------------------------- sweep
+
+
+async def sweep_expired(engine: AsyncEngine) -> int:
+    """Hard-delete expired memories (pinned ones never expire); returns how many."""
+    total = 0
+    while True:
+        async with engine.begin() as conn:
+            deleted = await repo.sweep_expired(conn)
+        total += deleted
+        if deleted < 10_000:
+            return total

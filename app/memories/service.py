@@ -1,0 +1,135 @@
+"""Long-term memory operations over the repository: add, search, and the retrieval
+that feeds /context. Embedding never happens here on a write (the worker does it);
+a search embeds at most its query."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.jobs import queue
+from app.memories import repo
+from app.memories.embed import Embedder
+from app.memories.fuse import rrf
+from app.memories.lexical import lexical_terms, normalize, query_terms
+from app.memories.repo import MemoryRow
+
+CANDIDATES_PER_LIST = 20
+
+
+def text_key(text: str) -> str:
+    """Identity of a memory's wording: equal after normalisation means a restatement."""
+    return hashlib.blake2b(normalize(" ".join(text.split())).encode(), digest_size=16).hexdigest()
+
+
+def embed_job_key(user_pk: int) -> str:
+    return f"embed_memories:{user_pk}"
+
+
+@dataclass(frozen=True)
+class Added:
+    memory: MemoryRow
+    created: bool  # False: an equal memory existed and was confirmed instead
+
+
+async def add_memory(
+    conn: AsyncConnection,
+    *,
+    tenant: str,
+    user: str,
+    text: str,
+    kind: str,
+    pinned: bool,
+    ttl_days: int | None,
+    metadata: dict[str, Any],
+    source: dict[str, Any],
+    max_attempts: int,
+) -> Added:
+    """Store a memory (or confirm the same one), and have the worker embed it."""
+    user_pk = await repo.ensure_user(conn, tenant=tenant, user=user)
+    key = text_key(text)
+    existing = await repo.by_text_key(conn, user_pk=user_pk, text_key=key)
+    if existing is not None:
+        await repo.confirm(conn, memory_id=existing.id, user_pk=user_pk, pinned=pinned)
+        confirmed = await repo.get_memory(conn, user_pk=user_pk, memory_id=existing.id)
+        assert confirmed is not None
+        return Added(confirmed, created=False)
+    memory_id = await repo.insert_memory(
+        conn,
+        tenant=tenant,
+        user_pk=user_pk,
+        kind=kind,
+        text_=text,
+        text_key=key,
+        pinned=pinned,
+        ttl_days=None if pinned else ttl_days,
+        source=source,
+        metadata=metadata,
+        terms=lexical_terms(text),
+    )
+    await queue.enqueue(
+        conn,
+        tenant_id=tenant,
+        session_id=None,
+        kind="embed_memories",
+        payload={"user_pk": user_pk},
+        max_attempts=max_attempts,
+        dedup_key=embed_job_key(user_pk),
+    )
+    created = await repo.get_memory(conn, user_pk=user_pk, memory_id=memory_id)
+    assert created is not None
+    return Added(created, created=True)
+
+
+async def hybrid_search(
+    conn: AsyncConnection,
+    *,
+    user_pk: int,
+    query: str,
+    k: int,
+    kind: str | None = None,
+    embedder: Embedder | None = None,
+    query_vector: list[float] | None = None,
+) -> list[MemoryRow]:
+    """Vector and lexical candidates of one user, fused by reciprocal rank."""
+    if query_vector is None and embedder is not None:
+        query_vector = (await embedder.embed([query]))[0]
+    rankings: list[list[MemoryRow]] = []
+    if query_vector is not None and embedder is not None:
+        rankings.append(
+            await repo.vector_search(
+                conn,
+                user_pk=user_pk,
+                query=query_vector,
+                model=embedder.model_id,
+                k=max(k, CANDIDATES_PER_LIST),
+                kind=kind,
+            )
+        )
+    terms = query_terms(query)
+    if terms:
+        rankings.append(
+            await repo.lexical_search(
+                conn, user_pk=user_pk, terms=terms, k=max(k, CANDIDATES_PER_LIST), kind=kind
+            )
+        )
+    rows = {str(r.id): r for ranking in rankings for r in ranking}
+    fused = rrf([[str(r.id) for r in ranking] for ranking in rankings])
+    return [dataclasses.replace(rows[mid], score=round(score, 6)) for mid, score in fused[:k]]
+
+
+def age_label(when: datetime, now: datetime) -> str:
+    """'today', '3d ago', '5w ago', '2y ago': how old a memory is, for the context."""
+    days = max(0, (now - when).days)
+    if days == 0:
+        return "today"
+    if days < 14:
+        return f"{days}d ago"
+    if days < 365:
+        return f"{days // 7}w ago"
+    return f"{days // 365}y ago"
