@@ -158,6 +158,33 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def cmd_reembed(settings: Settings, _: argparse.Namespace) -> int:
+    import httpx
+
+    from app.db.engine import make_engine
+    from app.jobs.handlers import build_embedder_from_settings
+    from app.memories.service import reembed
+
+    url = prepare_database(settings)
+
+    async def run() -> int:
+        engine = make_engine(url, pool_size=1)
+        async with httpx.AsyncClient() as http:
+            embedder = build_embedder_from_settings(settings, http)
+            if embedder is None:
+                print("no embedder configured (MNEMO_EMBEDDER=none)", file=sys.stderr)
+                return 1
+            try:
+                async with engine.begin() as conn:
+                    n = await reembed(conn, embedder, max_attempts=settings.job_max_attempts)
+            finally:
+                await engine.dispose()
+        print(f"{n} memories queued for re-embedding with {embedder.model_id}", file=sys.stderr)
+        return 0
+
+    return asyncio.run(run())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mnemo", description="Memory-as-a-service for LLM agents")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -170,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     worker.set_defaults(func=cmd_worker)
     migrate = sub.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(func=cmd_migrate)
+    reembed = sub.add_parser(
+        "reembed", help="recompute memory vectors made by another embedding model"
+    )
+    reembed.set_defaults(func=cmd_reembed)
     keys = sub.add_parser("keys", help="create, revoke and list API keys")
     keys.set_defaults(func=cmd_keys)
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

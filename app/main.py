@@ -13,13 +13,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api import problems
 from app.api.limits import BodyLimitMiddleware
-from app.api.routes import compression, health, sessions
+from app.api.routes import compression, health, memories, sessions
 from app.auth.guard import Guard
 from app.core.config import Settings
 from app.core.tokens import encoding
 from app.db.engine import make_engine
 from app.db.migrate import head_revision
 from app.jobs.handlers import build_embedder_from_settings, build_worker
+from app.memories.service import check_stored_models
 from app.observability.metrics import Metrics
 from app.observability.middleware import ObservabilityMiddleware
 
@@ -47,6 +48,9 @@ def create_app(
         worker_task = None
         http = httpx.AsyncClient()
         app.state.embedder = build_embedder_from_settings(settings, http)
+        if app.state.embedder is not None:
+            async with app.state.engine.connect() as conn:
+                await check_stored_models(conn, app.state.embedder)
         warm = getattr(app.state.embedder, "warm_up", None)
         # The model loads in the background; the first query embeds on a warm model.
         warming = asyncio.create_task(warm()) if warm is not None else None
@@ -88,4 +92,5 @@ def create_app(
     app.include_router(health.router)
     app.include_router(sessions.router)
     app.include_router(compression.router)
+    app.include_router(memories.router)
     return app

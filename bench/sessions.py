@@ -445,7 +445,11 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         constraints=(
             ("Never tune hyperparameters on the test set.", "千万不要用测试集调参。", True),
-            ("Only use the A100 nodes in the eu-west cluster.", "只能用 eu-west 集群的 A100 节点。", False),
+            (
+                "Only use the A100 nodes in the eu-west cluster.",
+                "只能用 eu-west 集群的 A100 节点。",
+                False,
+            ),
             ("Always log every run to MLflow.", "每次训练都必须记录到 MLflow。", False),
         ),
         high_stakes=(
@@ -469,7 +473,10 @@ SCENARIOS: tuple[Scenario, ...] = (
                 lambda rng, i: {"model": "bert-base", "seed": i, "epochs": 3},
                 "run_id",
                 "run-",
-                lambda rng: {"status": "finished", "val_accuracy": round(rng.uniform(0.85, 0.93), 3)},
+                lambda rng: {
+                    "status": "finished",
+                    "val_accuracy": round(rng.uniform(0.85, 0.93), 3),
+                },
             ),
             Act(
                 ("Evaluate the best checkpoint.", "评估一下最好的 checkpoint。"),
@@ -492,7 +499,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             ("Launch the large-batch run.", "跑一次大 batch 的训练。"),
             "train_large",
             {"model": "bert-large", "batch_size": 128},
-            "Traceback (most recent call last):\n  File \"train.py\", line 88, in step\n"
+            'Traceback (most recent call last):\n  File "train.py", line 88, in step\n'
             "RuntimeError: CUDA out of memory. Tried to allocate 2.50 GiB",
             "CUDA out of memory",
             (
@@ -705,8 +712,16 @@ SCENARIOS: tuple[Scenario, ...] = (
                 "邮件里千万不要写顾客的完整卡号。",
                 True,
             ),
-            ("Always reply to the customer in a formal tone.", "回复顾客时必须使用正式的语气。", False),
-            ("Refunds must not exceed the original order total.", "退款金额不能超过订单原价。", False),
+            (
+                "Always reply to the customer in a formal tone.",
+                "回复顾客时必须使用正式的语气。",
+                False,
+            ),
+            (
+                "Refunds must not exceed the original order total.",
+                "退款金额不能超过订单原价。",
+                False,
+            ),
         ),
         high_stakes=(
             (
@@ -973,7 +988,11 @@ SCENARIOS: tuple[Scenario, ...] = (
                 False,
             ),
             ("Never schedule anything before 9 am.", "千万不要约早上 9 点以前。", True),
-            ("Always use my insurance if the clinic accepts it.", "诊所能用医保的话必须用医保。", False),
+            (
+                "Always use my insurance if the clinic accepts it.",
+                "诊所能用医保的话必须用医保。",
+                False,
+            ),
         ),
         high_stakes=(
             (
@@ -1162,7 +1181,13 @@ CHITCHAT_REPLY: dict[Language, tuple[str, ...]] = {
         "Welcome back!",
         "Enjoy your break!",
     ),
-    "zh": ("哈哈，希望键盘没事！", "没关系，您慢慢来。", "听起来很不错！", "欢迎回来！", "休息一下也好。"),
+    "zh": (
+        "哈哈，希望键盘没事！",
+        "没关系，您慢慢来。",
+        "听起来很不错！",
+        "欢迎回来！",
+        "休息一下也好。",
+    ),
 }
 SIGN_OFF: dict[Language, tuple[str, ...]] = {
     "en": (
@@ -1228,7 +1253,9 @@ class _Builder:
         self.calls += 1
         cid = f"call_{self.calls}"
         fn = {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)}
-        mid = self.add("assistant", None, tool_calls=[{"id": cid, "type": "function", "function": fn}])
+        mid = self.add(
+            "assistant", None, tool_calls=[{"id": cid, "type": "function", "function": fn}]
+        )
         return cid, mid
 
     def result(self, cid: str, payload: Any) -> str:
@@ -1316,9 +1343,7 @@ def _act_beat(act: Act, i: int) -> Beat:
         res = b.result(cid, payload)
         b.add("assistant", _DONE_SAY[b.lang].format(tool=act.tool, id=ident))
         text = f"{act.tool}({json.dumps(args, ensure_ascii=False)}) → {act.id_key}={ident}"
-        b.plant(
-            "action_done", text, [call, res], phrases=(act.tool, ident), markers=_MARK_DONE
-        )
+        b.plant("action_done", text, [call, res], phrases=(act.tool, ident), markers=_MARK_DONE)
         del ask
 
     return beat
@@ -1343,9 +1368,7 @@ def _fail_beat(fail: Fail) -> Beat:
         res = b.result(cid, {fail.id_key: ident, "status": "ok", "details": _details(b.rng)})
         b.add("assistant", _DONE_SAY[b.lang].format(tool=fail.tool, id=ident))
         text = f"{fail.tool}({json.dumps(fail.good_args)}) → {fail.id_key}={ident}"
-        b.plant(
-            "action_done", text, [call, res], phrases=(fail.tool, ident), markers=_MARK_DONE
-        )
+        b.plant("action_done", text, [call, res], phrases=(fail.tool, ident), markers=_MARK_DONE)
 
     return beat
 
@@ -1360,9 +1383,7 @@ def _flaky_beat(flaky: Flaky) -> Beat:
         res = b.result(cid, {flaky.id_key: ident, "status": "ok", "details": _details(b.rng)})
         b.add("assistant", _DONE_SAY[b.lang].format(tool=flaky.tool, id=ident))
         text = f"{flaky.tool}({json.dumps(flaky.args)}) failed once, then → {ident}"
-        b.plant(
-            "action_done", text, [call, res], phrases=(flaky.tool, ident), markers=_MARK_DONE
-        )
+        b.plant("action_done", text, [call, res], phrases=(flaky.tool, ident), markers=_MARK_DONE)
         del first
 
     return beat

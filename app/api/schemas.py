@@ -136,3 +136,38 @@ class Problem(BaseModel):
     status: int
     detail: str
     errors: list[dict[str, Any]] | None = None
+
+
+MemoryKind = Literal["preference", "profile", "rule", "high_stakes", "episode", "fact"]
+
+
+class MemoryIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: Annotated[str, StringConstraints(min_length=1, max_length=4000)]
+    kind: MemoryKind = "fact"
+    pinned: bool = Field(default=False, description="Pinned memories never expire.")
+    ttl_days: int | None = Field(
+        default=None, ge=1, le=36500, description="Days until expiry; default from settings."
+    )
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class MemoryPublic(BaseModel):
+    id: int
+    text: str
+    kind: str
+    score: float | None = None
+    pinned: bool
+    expires_at: datetime | None
+    created_at: datetime
+    last_confirmed_at: datetime
+    times_confirmed: int
+    source: dict[str, Any]
+    metadata: dict[str, Any]
+    deduplicated: bool = Field(
+        default=False, description="On create: an equal memory existed and was confirmed."
+    )
+
+
+class MemoriesOut(BaseModel):
+    memories: list[MemoryPublic]

@@ -8,15 +8,18 @@ straight through asyncpg, the hottest path of the service.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.schemas import ContextBlock, ContextOut
+from app.context.memories import MemoryRequest, memory_block, recent_user_texts
 from app.context.pack import Block, RecentTurn, as_text, pack
 from app.core.errors import NotFound
 from app.core.tokens import count_tokens
 from app.db.engine import driver_connection
+from app.memories.embed import Embedder
 
 # Live turns fetched by the first read. A budget is usually full long before; a
 # second read fetches up to RECENT_FETCH_LIMIT when it is not.
@@ -27,7 +30,9 @@ RECENT_FETCH_LIMIT = 400
 # (uncompacted) turns as JSON, newest first. Compacted turns are represented by
 # the task state, never twice.
 CONTEXT_READ = """
-    SELECT s.id, u.external_id AS user_external, s.total_tokens,
+    SELECT s.id, s.user_id, u.external_id AS user_external, s.total_tokens, s.last_user_seq,
+           EXISTS (SELECT 1 FROM memories m
+                    WHERE m.user_id = s.user_id AND m.superseded_by IS NULL) AS has_memories,
            coalesce(ts.version, 0) AS version, coalesce(ts.rendered, '') AS rendered,
            (SELECT coalesce(json_agg(t), '[]')
               FROM (SELECT seq, role, content, tool_calls, tool_call_id, name, tokens
@@ -58,8 +63,21 @@ def _message(t: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
+@dataclass(frozen=True)
+class MemoryOptions:
+    embedder: Embedder | None
+    budget_tokens: int
+    top_k: int
+
+
 async def build_context(
-    conn: AsyncConnection, *, tenant: str, session: str, max_tokens: int
+    conn: AsyncConnection,
+    *,
+    tenant: str,
+    session: str,
+    max_tokens: int,
+    query: str | None = None,
+    memory: MemoryOptions | None = None,
 ) -> ContextOut:
     db = await driver_connection(conn)
     head = await db.fetchrow(CONTEXT_READ, tenant, session, FIRST_PAGE, 0)
@@ -74,6 +92,26 @@ async def build_context(
             rows.extend(_decoded(more["turns"]))
     recent = [RecentTurn(message=_message(r), tokens=r["tokens"]) for r in reversed(rows)]
     blocks = [Block("task_state", head["rendered"])]
+    if memory is not None and head["has_memories"] and memory.budget_tokens > 0:
+        latest = next(
+            ((r["seq"], r["content"]) for r in rows if r["role"] == "user" and r["content"]), None
+        )
+        text, _ = await memory_block(
+            conn,
+            db,
+            MemoryRequest(
+                session_pk=head["id"],
+                user_pk=head["user_id"],
+                explicit_query=query.strip() if query and query.strip() else None,
+                latest_user=latest,
+                recent_user_texts=recent_user_texts(rows),
+                last_embedded_seq=head["last_user_seq"],
+                budget_tokens=min(memory.budget_tokens, max_tokens // 3),
+                top_k=memory.top_k,
+            ),
+            embedder=memory.embedder,
+        )
+        blocks.append(Block("memories", text))
     packed = pack(blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens)
     return ContextOut(
         session_id=session,

@@ -162,7 +162,9 @@ class OpenAIEmbedder:
         return out
 
     async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
-        body = {"model": self._model, "input": batch}
+        # "dimensions" asks models that can shorten their vectors (OpenAI's
+        # text-embedding-3) for the size the schema stores.
+        body = {"model": self._model, "input": batch, "dimensions": self.dim}
         try:
             response = await self._http.post(
                 self._url, json=body, headers=self._headers, timeout=self._timeout_s

@@ -184,8 +184,17 @@ def _negation_flip(a: str, b: str) -> bool:
     return neg_a != neg_b and bool(core_a) and jaccard(core_a, core_b) >= 0.6
 
 
+# Discourse framing that says *when* a statement holds, not *what* it says: left
+# out when aligning two statements ("From now on I prefer X" vs "I prefer Y").
+_FRAMING = re.compile(
+    r"^(?:(?:from now on|going forward|in (?:the )?future|these days|nowadays|actually|"
+    r"by the way|btw|also|and|so|well|ok(?:ay)?)[,\s]+)+"
+    r"|^(?:从现在(?:开始|起)|从今(?:以后|往后)|今后|以后|现在|其实|另外|还有)[，,\s]*"
+)
+
+
 def _tokens(text: str) -> list[str]:
-    return _TOKEN.findall(normalize(text))
+    return _TOKEN.findall(_FRAMING.sub("", normalize(text)))
 
 
 def _joined(tokens: Iterable[str]) -> str:

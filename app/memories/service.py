@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.jobs import queue
 from app.memories import repo
-from app.memories.embed import Embedder
+from app.memories.embed import Embedder, EmbeddingModelMismatch
 from app.memories.fuse import rrf
 from app.memories.lexical import lexical_terms, normalize, query_terms
 from app.memories.repo import MemoryRow
@@ -133,3 +134,52 @@ def age_label(when: datetime, now: datetime) -> str:
     if days < 365:
         return f"{days // 7}w ago"
     return f"{days // 365}y ago"
+
+
+# other_models: a stored embedding made by a model other than the configured one.
+OTHER_MODELS = text("""
+    SELECT embedding_model, count(*) AS n FROM memories
+    WHERE embedding_model IS NOT NULL AND embedding_model <> :model
+    GROUP BY embedding_model
+""")
+
+# forget_embeddings: vectors of another model are dropped, to be recomputed.
+FORGET_EMBEDDINGS = text("""
+    UPDATE memories SET embedding = NULL, embedding_model = NULL, embedding_dim = NULL
+    WHERE embedding_model IS DISTINCT FROM :model
+    RETURNING tenant_id, user_id
+""")
+
+FORGET_TURN_EMBEDDINGS = text("""
+    UPDATE sessions SET last_user_embedding = NULL, last_user_seq = NULL
+    WHERE last_user_embedding IS NOT NULL
+""")
+
+
+async def check_stored_models(conn: AsyncConnection, embedder: Embedder) -> None:
+    """Refuse to run against vectors of another model: they would be silently mixed."""
+    rows = (await conn.execute(OTHER_MODELS, {"model": embedder.model_id})).all()
+    if rows:
+        found = ", ".join(f"{r.embedding_model} ({r.n} memories)" for r in rows)
+        raise EmbeddingModelMismatch(
+            f"stored memories were embedded with {found}, but the configured embedder is"
+            f" {embedder.model_id}. Run `mnemo reembed` to recompute them with the configured"
+            " model, or configure the model they were made with."
+        )
+
+
+async def reembed(conn: AsyncConnection, embedder: Embedder, *, max_attempts: int) -> int:
+    """Drop vectors of other models and queue their users' embedding jobs; returns rows."""
+    rows = (await conn.execute(FORGET_EMBEDDINGS, {"model": embedder.model_id})).all()
+    await conn.execute(FORGET_TURN_EMBEDDINGS)
+    for tenant, user_pk in {(r.tenant_id, r.user_id) for r in rows}:
+        await queue.enqueue(
+            conn,
+            tenant_id=tenant,
+            session_id=None,
+            kind="embed_memories",
+            payload={"user_pk": user_pk},
+            max_attempts=max_attempts,
+            dedup_key=embed_job_key(user_pk),
+        )
+    return len(rows)

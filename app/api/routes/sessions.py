@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import (
     EngineDep,
@@ -16,7 +16,7 @@ from app.api.deps import (
     TenantDep,
 )
 from app.api.schemas import ContextOut, SessionOut, StateOut, TurnsIn, TurnsOut, TurnsPage
-from app.context.service import build_context
+from app.context.service import MemoryOptions, build_context
 from app.core.tokens import count_message_tokens
 from app.ingest import service as ingest
 from app.ingest.triggers import policy_from_settings
@@ -71,6 +71,7 @@ async def get_session(
 @router.get("/{session_id}/context", response_model=ContextOut)
 async def get_context(
     session_id: SessionIdPath,
+    request: Request,
     conn: ReadConnDep,
     tenant: TenantDep,
     settings: SettingsDep,
@@ -80,7 +81,14 @@ async def get_context(
 ) -> ContextOut:
     """The prompt to send before the next LLM call, within ``max_tokens``. Reads only."""
     budget = max_tokens if max_tokens is not None else settings.context_max_tokens
-    out = await build_context(conn, tenant=tenant, session=session_id, max_tokens=budget)
+    memory = MemoryOptions(
+        embedder=request.app.state.embedder,
+        budget_tokens=settings.memory_budget_tokens,
+        top_k=settings.memory_top_k,
+    )
+    out = await build_context(
+        conn, tenant=tenant, session=session_id, max_tokens=budget, query=query, memory=memory
+    )
     metrics.context_tokens.observe(out.tokens)
     metrics.history_tokens.observe(out.full_history_tokens)
     return out

@@ -1,0 +1,108 @@
+"""Long-term memory of a user, and erasing a user."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from app.api.deps import AdminDep, EngineDep, ReadConnDep, SettingsDep, TenantDep, UserIdPath
+from app.api.schemas import MemoriesOut, MemoryIn, MemoryKind, MemoryPublic
+from app.core.errors import NotFound
+from app.memories import repo
+from app.memories.repo import MemoryRow
+from app.memories.service import add_memory, hybrid_search
+
+router = APIRouter(prefix="/v1/users", tags=["memories"])
+
+
+def public(row: MemoryRow, *, deduplicated: bool = False) -> MemoryPublic:
+    return MemoryPublic(
+        id=row.id,
+        text=row.text,
+        kind=row.kind,
+        score=row.score,
+        pinned=row.pinned,
+        expires_at=row.expires_at,
+        created_at=row.created_at,
+        last_confirmed_at=row.last_confirmed_at,
+        times_confirmed=row.times_confirmed,
+        source=row.source,
+        metadata=row.metadata,
+        deduplicated=deduplicated,
+    )
+
+
+@router.post("/{user_id}/memories", status_code=201, response_model=MemoryPublic)
+async def create_memory(
+    user_id: UserIdPath, body: MemoryIn, engine: EngineDep, tenant: TenantDep, settings: SettingsDep
+) -> JSONResponse:
+    """Store a memory. Saying the same thing again confirms it (``deduplicated``)."""
+    async with engine.begin() as conn:
+        added = await add_memory(
+            conn,
+            tenant=tenant,
+            user=user_id,
+            text=" ".join(body.text.split()),
+            kind=body.kind,
+            pinned=body.pinned,
+            ttl_days=body.ttl_days or settings.memory_ttl_days,
+            metadata=body.metadata,
+            source={"api": True},
+            max_attempts=settings.job_max_attempts,
+        )
+    out = public(added.memory, deduplicated=not added.created)
+    return JSONResponse(out.model_dump(mode="json"), status_code=201)
+
+
+@router.get("/{user_id}/memories", response_model=MemoriesOut)
+async def list_memories(
+    user_id: UserIdPath,
+    request: Request,
+    conn: ReadConnDep,
+    tenant: TenantDep,
+    query: Annotated[str | None, Query(max_length=4000)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 20,
+    kind: MemoryKind | None = None,
+) -> MemoriesOut:
+    """The user's live memories; with ``query``, the best matches (vector + lexical)."""
+    user_pk = await repo.user_pk(conn, tenant=tenant, user=user_id)
+    if user_pk is None:
+        raise NotFound(f"user {user_id!r} not found")
+    if query and query.strip():
+        rows = await hybrid_search(
+            conn,
+            user_pk=user_pk,
+            query=query,
+            k=limit,
+            kind=kind,
+            embedder=request.app.state.embedder,
+        )
+    else:
+        rows = await repo.list_memories(conn, user_pk=user_pk, kind=kind, limit=limit)
+    return MemoriesOut(memories=[public(r) for r in rows])
+
+
+@router.delete("/{user_id}/memories/{memory_id}", status_code=204)
+async def delete_memory(
+    user_id: UserIdPath, memory_id: int, engine: EngineDep, tenant: TenantDep
+) -> Response:
+    async with engine.begin() as conn:
+        user_pk = await repo.user_pk(conn, tenant=tenant, user=user_id)
+        if user_pk is None or not await repo.delete_memory(
+            conn, user_pk=user_pk, memory_id=memory_id
+        ):
+            raise NotFound(f"memory {memory_id} not found")
+    return Response(status_code=204)
+
+
+@router.delete("/{user_id}", status_code=204)
+async def erase_user(
+    user_id: UserIdPath, engine: EngineDep, tenant: TenantDep, _: AdminDep
+) -> Response:
+    """Erase the user: sessions, turns, states, events, memories and their jobs."""
+    async with engine.begin() as conn:
+        if not await repo.delete_user(conn, tenant=tenant, user=user_id):
+            raise NotFound(f"user {user_id!r} not found")
+    return Response(status_code=204)

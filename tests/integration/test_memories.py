@@ -1,0 +1,162 @@
+"""Long-term memory through HTTP: CRUD, restatement, search, TTL, erase, isolation."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.auth import keys
+from app.jobs.handlers import build_worker
+from tests.conftest import make_settings, post_turns
+
+
+async def remember(client: httpx.AsyncClient, user: str, text_: str, **kw: object) -> dict:
+    r = await client.post(f"/v1/users/{user}/memories", json={"text": text_, **kw})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+async def drain(engine: AsyncEngine, db_url: str) -> None:
+    """Run every runnable job (embeddings, indexing) with the test embedder."""
+    settings = make_settings(db_url)
+    async with httpx.AsyncClient() as http:
+        from app.jobs.handlers import build_embedder_from_settings
+
+        worker = build_worker(
+            settings, engine, http=http, embedder=build_embedder_from_settings(settings, http)
+        )
+        while await worker.run_once() is not None:
+            pass
+
+
+async def test_create_restate_list_delete(client: httpx.AsyncClient) -> None:
+    m = await remember(client, "u-1", "I prefer aisle seats.", kind="preference")
+    assert m["kind"] == "preference" and m["pinned"] is False and m["deduplicated"] is False
+    assert m["expires_at"] is not None and m["times_confirmed"] == 1
+    again = await remember(client, "u-1", "  I prefer   aisle seats. ", kind="preference")
+    assert again["id"] == m["id"] and again["deduplicated"] is True
+    assert again["times_confirmed"] == 2
+    pinned = await remember(
+        client, "u-1", "Allergic to penicillin.", kind="high_stakes", pinned=True
+    )
+    assert pinned["expires_at"] is None
+    listed = (await client.get("/v1/users/u-1/memories")).json()["memories"]
+    assert [x["id"] for x in listed] == [pinned["id"], m["id"]]  # pinned first
+    only = (await client.get("/v1/users/u-1/memories", params={"kind": "preference"})).json()
+    assert [x["id"] for x in only["memories"]] == [m["id"]]
+    assert (await client.delete(f"/v1/users/u-1/memories/{m['id']}")).status_code == 204
+    assert (await client.delete(f"/v1/users/u-1/memories/{m['id']}")).status_code == 404
+    assert (await client.get("/v1/users/nobody/memories")).status_code == 404
+
+
+async def test_bad_memory_input(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/users/u/memories", json={"text": ""})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body.text"
+    r = await client.post("/v1/users/u/memories", json={"text": "x", "kind": "gossip"})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body.kind"
+    r = await client.post("/v1/users/u/memories", json={"text": "x", "ttl_days": 0})
+    assert r.status_code == 422
+
+
+async def test_search_is_hybrid_and_handles_chinese_and_ids(
+    client: httpx.AsyncClient, engine: AsyncEngine, db_url: str
+) -> None:
+    await remember(client, "u", "Booking reference for the Tokyo trip is QX7T2L.")
+    await remember(client, "u", "我对花生过敏，点餐时要注意。", kind="high_stakes")
+    await remember(client, "u", "Prefers answers in bullet points.", kind="preference")
+    await drain(engine, db_url)
+    r = (await client.get("/v1/users/u/memories", params={"query": "QX7T2L"})).json()
+    assert r["memories"][0]["text"].endswith("QX7T2L.") and r["memories"][0]["score"] > 0
+    r = (await client.get("/v1/users/u/memories", params={"query": "花生"})).json()
+    assert "花生" in r["memories"][0]["text"]
+
+
+async def test_expired_memories_disappear_and_are_swept_pinned_stay(
+    client: httpx.AsyncClient, engine: AsyncEngine, db_url: str
+) -> None:
+    old = await remember(client, "u", "Working on the Q3 report.", ttl_days=1)
+    keep = await remember(client, "u", "Blood type O negative.", kind="high_stakes", pinned=True)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE memories SET expires_at = now() - interval '1 hour' WHERE id = :id"),
+            {"id": old["id"]},
+        )
+    listed = (await client.get("/v1/users/u/memories")).json()["memories"]
+    assert [m["id"] for m in listed] == [keep["id"]]
+    from app.memories.jobs import sweep_expired
+
+    assert await sweep_expired(engine) == 1
+    async with engine.connect() as conn:
+        ids = (await conn.execute(text("SELECT id FROM memories"))).scalars().all()
+    assert ids == [keep["id"]]
+
+
+async def test_erase_user_takes_everything_and_needs_admin(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    await post_turns(client, "s-1", [{"role": "user", "content": "hello"}], user="gone")
+    await remember(client, "gone", "Likes jazz.")
+    await post_turns(client, "s-2", [{"role": "user", "content": "hi"}], user="stays")
+    assert (await client.delete("/v1/users/gone")).status_code == 204
+    async with engine.connect() as conn:
+        for table, expected in (("users", 1), ("sessions", 1), ("turns", 1), ("memories", 0)):
+            n = (await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one()
+            assert n == expected, table
+    assert (await client.get("/v1/sessions/s-1")).status_code == 404
+    assert (await client.delete("/v1/users/gone")).status_code == 404
+
+    async with engine.begin() as conn:
+        agent = await keys.create_key(conn, tenant="default", scope="agent")
+    client._transport.app.state.guard.forget()  # type: ignore[attr-defined]
+    r = await client.delete("/v1/users/stays", headers={"Authorization": f"Bearer {agent}"})
+    assert r.status_code == 403
+
+
+async def test_memories_are_tenant_and_user_scoped(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    async with engine.begin() as conn:
+        a = await keys.create_key(conn, tenant="a", scope="agent")
+        b = await keys.create_key(conn, tenant="b", scope="agent")
+    client._transport.app.state.guard.forget()  # type: ignore[attr-defined]
+    ha, hb = {"Authorization": f"Bearer {a}"}, {"Authorization": f"Bearer {b}"}
+    r = await client.post("/v1/users/u/memories", json={"text": "secret code 4242"}, headers=ha)
+    mid = r.json()["id"]
+    assert (await client.get("/v1/users/u/memories", headers=hb)).status_code == 404
+    assert (await client.delete(f"/v1/users/u/memories/{mid}", headers=hb)).status_code == 404
+    await client.post("/v1/users/u/memories", json={"text": "b's note"}, headers=hb)
+    listed = (await client.get("/v1/users/u/memories", headers=hb)).json()["memories"]
+    assert [m["text"] for m in listed] == ["b's note"]
+    r = await client.get("/v1/users/other/memories", params={"query": "4242"}, headers=ha)
+    assert r.status_code == 404
+
+
+async def test_vectors_of_another_model_are_refused_until_reembedded(
+    client: httpx.AsyncClient, engine: AsyncEngine, db_url: str
+) -> None:
+    from app.main import create_app
+    from app.memories.embed import EmbeddingModelMismatch, HashEmbedder
+    from app.memories.service import reembed
+
+    m = await remember(client, "u", "Likes green tea.")
+    await drain(engine, db_url)
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE memories SET embedding_model = 'old-model'"))
+    app = create_app(make_settings(db_url), database_url=db_url, engine=engine)
+    with pytest.raises(EmbeddingModelMismatch, match="mnemo reembed"):
+        async with app.router.lifespan_context(app):
+            pass
+    async with engine.begin() as conn:
+        assert await reembed(conn, HashEmbedder(512), max_attempts=3) == 1
+    await drain(engine, db_url)
+    async with engine.connect() as conn:
+        model = (
+            await conn.execute(
+                text("SELECT embedding_model FROM memories WHERE id = :id"), {"id": m["id"]}
+            )
+        ).scalar_one()
+    assert model == "hash-ngram-v1"
+    async with app.router.lifespan_context(app):
+        pass  # starts again
