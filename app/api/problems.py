@@ -111,3 +111,30 @@ def _database_problem(exc: BaseException) -> JSONResponse:
         )
     log.exception("database error", exc_info=exc)
     return problem(500, "Internal error", "unexpected database error", "internal")
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for problem responses, so clients and fuzzers know their shape."""
+    from app.api.schemas import Problem
+
+    descriptions = {
+        401: "Missing or invalid API key",
+        403: "The key's scope does not allow this",
+        404: "Unknown id (or another tenant's)",
+        409: "Conflict (session bound to another user)",
+        413: "Over a documented size limit",
+        422: "Invalid input: `errors` names each field at fault",
+        500: "Unexpected failure",
+        503: "Database unavailable; retry after `Retry-After` seconds",
+    }
+    return {
+        status: {
+            "model": Problem,
+            "description": descriptions[status],
+            "content": {"application/problem+json": {}},
+        }
+        for status in statuses
+    }
+
+
+COMMON_PROBLEMS = documented(401, 403, 404, 422, 500, 503)

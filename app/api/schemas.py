@@ -5,22 +5,52 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 ID_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
+
+
+def storable(value: str) -> str:
+    """Text Postgres can store: no NUL character, no unpaired surrogate."""
+    if "\x00" in value:
+        raise ValueError("the NUL character (\\u0000) is not accepted")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("not valid Unicode (an unpaired surrogate)") from None
+    return value
+
+
+def storable_tree(value: Any) -> Any:
+    """``storable`` over every key and string inside a JSON value."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            storable(key)
+            storable_tree(item)
+    elif isinstance(value, list):
+        for item in value:
+            storable_tree(item)
+    return value
+
+
+Text = Annotated[str, AfterValidator(storable)]
+JsonObject = Annotated[dict[str, Any], AfterValidator(storable_tree)]
 ExternalId = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+QueryText = Annotated[str, StringConstraints(max_length=4000), AfterValidator(storable)]
 Role = Literal["system", "user", "assistant", "tool"]
 
 
 class FunctionCall(BaseModel):
     model_config = ConfigDict(extra="allow")
-    name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
-    arguments: str = Field(description="JSON-encoded arguments, as the OpenAI API sends them.")
+    name: Annotated[Text, StringConstraints(min_length=1, max_length=256)]
+    arguments: Text = Field(description="JSON-encoded arguments, as the OpenAI API sends them.")
 
 
 class ToolCall(BaseModel):
     model_config = ConfigDict(extra="allow")
-    id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    id: Annotated[Text, StringConstraints(min_length=1, max_length=256)]
     type: Literal["function"] = "function"
     function: FunctionCall
 
@@ -31,14 +61,14 @@ class MessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: Role
-    content: str | None = None
+    content: Text | None = None
     id: ExternalId | None = Field(default=None, description="Client message id; idempotency key.")
-    name: Annotated[str, StringConstraints(max_length=256)] | None = None
+    name: Annotated[Text, StringConstraints(max_length=256)] | None = None
     tool_calls: list[ToolCall] | None = None
-    tool_call_id: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
+    tool_call_id: Annotated[Text, StringConstraints(min_length=1, max_length=256)] | None = None
     emphasized: bool = False
     created_at: datetime | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
 
 
 class TurnsIn(BaseModel):
@@ -143,13 +173,13 @@ MemoryKind = Literal["preference", "profile", "rule", "high_stakes", "episode", 
 
 class MemoryIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    text: Annotated[str, StringConstraints(min_length=1, max_length=4000)]
+    text: Annotated[Text, StringConstraints(min_length=1, max_length=4000)]
     kind: MemoryKind = "fact"
     pinned: bool = Field(default=False, description="Pinned memories never expire.")
     ttl_days: int | None = Field(
         default=None, ge=1, le=36500, description="Days until expiry; default from settings."
     )
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
 
 
 class MemoryPublic(BaseModel):

@@ -83,3 +83,14 @@ def stop_embedded_postgres(data_dir: Path) -> None:
 def data_dir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
     stop_embedded_postgres(tmp_path)
+
+
+def create_key(data_dir: Path, tenant: str = "fuzz", scope: str = "admin") -> str:
+    """`mnemo keys create` against the embedded database in ``data_dir``; the key."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMO_")}
+    env["MNEMO_DATA_DIR"] = str(data_dir)
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "keys", "create", "--tenant", tenant, "--scope", scope],
+        env=env, capture_output=True, text=True, check=True, timeout=120,
+    )
+    return done.stdout.strip().splitlines()[-1]

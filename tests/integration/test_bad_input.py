@@ -129,3 +129,30 @@ async def test_context_budget_bounds(client: httpx.AsyncClient) -> None:
     r = await client.get("/v1/sessions/s/context", params={"max_tokens": 10})
     assert r.status_code == 422
     assert "query.max_tokens" in [e["field"] for e in r.json()["errors"]]
+
+
+async def test_text_postgres_cannot_store_is_refused(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    bad = [
+        {"role": "user", "content": "nul \x00 inside"},
+        {"role": "user", "content": "ok", "metadata": {"k\x00": 1}},
+    ]
+    for message in bad:
+        r = await post_turns(client, "s", [message])
+        assert r.status_code == 422, message
+    # An unpaired surrogate, as a JSON escape (no Python client can encode it raw).
+    raw = (
+        '{"user_id": "u", "messages": '
+        '[{"role": "user", "content": "ok", "metadata": {"v": ["\\ud800"]}}]}'
+    )
+    r = await client.post(
+        "/v1/sessions/s/turns", content=raw.encode(), headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422, r.text
+    r = await client.post("/v1/users/u/memories", json={"text": "a\x00b"})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body.text"
+    await post_turns(client, "s", [{"role": "user", "content": "fine"}])
+    r = await client.get("/v1/sessions/s/context", params={"query": "x\x00"})
+    assert r.status_code == 422
+    assert await count_turns(engine) == 1

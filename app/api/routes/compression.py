@@ -12,12 +12,17 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from app.api.deps import EngineDep, ReadConnDep, SessionIdPath, SettingsDep, TenantDep
+from app.api.problems import COMMON_PROBLEMS
 from app.compression import events
 from app.core.errors import MnemoError
 from app.jobs import queue
 from app.sessions import repo as sessions
 
-router = APIRouter(prefix="/v1/sessions", tags=["compression"])
+router = APIRouter(
+    prefix="/v1/sessions",
+    tags=["compression"],
+    responses={**COMMON_PROBLEMS},
+)
 
 WAIT_POLL_S = 0.05
 

@@ -8,13 +8,18 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.api.deps import AdminDep, EngineDep, ReadConnDep, SettingsDep, TenantDep, UserIdPath
-from app.api.schemas import MemoriesOut, MemoryIn, MemoryKind, MemoryPublic
+from app.api.problems import COMMON_PROBLEMS
+from app.api.schemas import MemoriesOut, MemoryIn, MemoryKind, MemoryPublic, QueryText
 from app.core.errors import NotFound
 from app.memories import repo
 from app.memories.repo import MemoryRow
 from app.memories.service import add_memory, hybrid_search
 
-router = APIRouter(prefix="/v1/users", tags=["memories"])
+router = APIRouter(
+    prefix="/v1/users",
+    tags=["memories"],
+    responses={**COMMON_PROBLEMS},
+)
 
 
 def public(row: MemoryRow, *, deduplicated: bool = False) -> MemoryPublic:
@@ -62,7 +67,7 @@ async def list_memories(
     request: Request,
     conn: ReadConnDep,
     tenant: TenantDep,
-    query: Annotated[str | None, Query(max_length=4000)] = None,
+    query: Annotated[QueryText | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 20,
     kind: MemoryKind | None = None,
 ) -> MemoriesOut:

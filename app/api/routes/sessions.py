@@ -15,7 +15,16 @@ from app.api.deps import (
     SettingsDep,
     TenantDep,
 )
-from app.api.schemas import ContextOut, SessionOut, StateOut, TurnsIn, TurnsOut, TurnsPage
+from app.api.problems import COMMON_PROBLEMS, documented
+from app.api.schemas import (
+    ContextOut,
+    QueryText,
+    SessionOut,
+    StateOut,
+    TurnsIn,
+    TurnsOut,
+    TurnsPage,
+)
 from app.context.service import MemoryOptions, build_context
 from app.core.tokens import count_message_tokens
 from app.ingest import service as ingest
@@ -23,7 +32,11 @@ from app.ingest.triggers import policy_from_settings
 from app.ingest.validate import Limits, check_messages
 from app.sessions import repo
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+router = APIRouter(
+    prefix="/v1/sessions",
+    tags=["sessions"],
+    responses={**COMMON_PROBLEMS, **documented(409, 413)},
+)
 
 # Counting tokens of a big batch is CPU work; off the event loop past this size.
 THREAD_COUNT_THRESHOLD = 32
@@ -77,7 +90,7 @@ async def get_context(
     settings: SettingsDep,
     metrics: MetricsDep,
     max_tokens: Annotated[int | None, Query(ge=64, le=1_000_000)] = None,
-    query: Annotated[str | None, Query(max_length=4000)] = None,
+    query: Annotated[QueryText | None, Query()] = None,
 ) -> ContextOut:
     """The prompt to send before the next LLM call, within ``max_tokens``. Reads only."""
     budget = max_tokens if max_tokens is not None else settings.context_max_tokens
