@@ -79,7 +79,10 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
             return
         started = time.perf_counter()
         result = await extract_with_fallback(deps.primary, deps.fallback, chosen.turns, snap.state)
-        language = snap.state.language or detect_language(v.content for *_, v in snap.live)
+        # What people wrote decides the language, not tool output (JSON keys are English).
+        language = snap.state.language or detect_language(
+            v.content for *_, v in snap.live if v.role in ("user", "assistant", "system")
+        )
         state = merge(
             snap.state,
             result.units,

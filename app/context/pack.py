@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, truncate_to_tokens
+from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_tokens, truncate_to_tokens
 
 Message = dict[str, Any]
 
@@ -116,10 +116,10 @@ def pack(
             total += cost
             continue
         if not chosen:
-            trimmed = _trim_single(group, max_tokens - total, count)
+            trimmed = _trim_group(group, max_tokens - total, count)
             if trimmed is not None:
-                chosen.append([trimmed])
-                total += trimmed.tokens
+                chosen.append(trimmed)
+                total += sum(t.tokens for t in trimmed)
         dropped += sum(len(g) for g in groups[: index + 1])
         break
 
@@ -136,23 +136,45 @@ def pack(
     return Packed(messages=messages, blocks=block_sizes, tokens=total, dropped_turns=dropped)
 
 
-def _trim_single(
+def _trim_group(
     group: Sequence[RecentTurn], room: int, count: Callable[[str], int]
-) -> RecentTurn | None:
-    """The newest turn alone is over budget: keep a prefix of a plain text message.
+) -> list[RecentTurn] | None:
+    """The newest group alone is over budget: keep it, with its text contents cut.
 
-    A tool-call group is never cut (half a call is worse than none).
+    A plain message keeps a prefix. A tool call keeps the call whole and its results
+    cut to an equal share each: the agent must see what it just received, and half
+    a call (a call without its results) would be rejected by chat APIs.
     """
-    if len(group) != 1 or group[0].message.get("tool_calls"):
+    cuttable = [
+        i
+        for i, t in enumerate(group)
+        if t.message["role"] != "assistant" or not t.message.get("tool_calls")
+    ]
+    if not cuttable:
         return None
-    message = group[0].message
-    content = message.get("content") or ""
-    room_for_text = room - MESSAGE_OVERHEAD_TOKENS - count(TRUNCATION_MARK)
-    if room_for_text < 16:
+    fixed = sum(t.tokens for i, t in enumerate(group) if i not in cuttable)
+    framing = MESSAGE_OVERHEAD_TOKENS + count(TRUNCATION_MARK) + count_tool_call_id(group)
+    share = (room - fixed) // len(cuttable) - framing
+    if share < 16:
         return None
-    text = truncate_to_tokens(content, room_for_text) + TRUNCATION_MARK
-    trimmed = {**message, "content": text}
-    return RecentTurn(message=trimmed, tokens=MESSAGE_OVERHEAD_TOKENS + count(text))
+    out = list(group)
+    for i in cuttable:
+        turn = group[i]
+        content = turn.message.get("content") or ""
+        if turn.tokens <= share + framing:
+            continue
+        text = truncate_to_tokens(content, share) + TRUNCATION_MARK
+        message = {**turn.message, "content": text}
+        out[i] = RecentTurn(message=message, tokens=count_message_tokens(message))
+    if sum(t.tokens for t in out) > room:
+        return None
+    return out
+
+
+def count_tool_call_id(group: Sequence[RecentTurn]) -> int:
+    """The most a tool message's call id adds to its cost, for the share computation."""
+    ids = [t.message.get("tool_call_id") or "" for t in group]
+    return max((len(i) for i in ids), default=0)
 
 
 def as_text(messages: Sequence[Mapping[str, Any]]) -> str:

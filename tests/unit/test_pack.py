@@ -115,3 +115,15 @@ def test_pack_never_exceeds_budget_and_never_splits_tools(
             assert not open_ids
             open_ids = {c["id"] for c in m.get("tool_calls") or ()}
     assert not open_ids
+
+
+def test_an_oversized_newest_tool_result_is_cut_not_dropped() -> None:
+    recent = [user("find flights"), calls("1", "2"), result("1", "row " * 3000),
+              result("2", "small")]
+    packed = pack(blocks=[Block("task_state", "Goal: x")], recent=recent, max_tokens=400,
+                  count=count_tokens)
+    roles = [m["role"] for m in packed.messages]
+    assert roles == ["system", "assistant", "tool", "tool"]
+    assert packed.messages[2]["content"].endswith("[truncated]")
+    assert packed.messages[3]["content"] == "small"
+    assert packed.tokens <= 400
