@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -55,11 +56,26 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     return out
 
 
-def _is_db_unavailable(exc: BaseException) -> bool:
-    if isinstance(exc, (OSError, ConnectionError, OperationalError)):
-        return True
-    if isinstance(exc, DBAPIError):
-        return bool(exc.connection_invalidated) or "connection" in str(exc.orig).lower()
+# Errors that mean "the database is not there right now", not "the query is wrong".
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    ConnectionError,
+    OperationalError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,  # shutting down, cannot connect now
+    asyncpg.InterfaceError,  # the connection is closed
+)
+
+
+def _is_db_unavailable(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 8:  # the driver error may be a cause of a wrapper
+        if isinstance(exc, CONNECTION_ERRORS):
+            return True
+        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+            return True
+        exc = exc.__cause__ or exc.__context__ or getattr(exc, "orig", None)
+        seen += 1
     return False
 
 
@@ -96,6 +112,14 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(OSError)
     async def _os(_: Request, exc: OSError) -> JSONResponse:
+        return _database_problem(exc)
+
+    @app.exception_handler(asyncpg.PostgresError)
+    async def _pg(_: Request, exc: asyncpg.PostgresError) -> JSONResponse:
+        return _database_problem(exc)
+
+    @app.exception_handler(asyncpg.InterfaceError)
+    async def _pg_interface(_: Request, exc: asyncpg.InterfaceError) -> JSONResponse:
         return _database_problem(exc)
 
 

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.schemas import ContextBlock, ContextOut
@@ -80,7 +81,12 @@ async def build_context(
     memory: MemoryOptions | None = None,
 ) -> ContextOut:
     db = await driver_connection(conn)
-    head = await db.fetchrow(CONTEXT_READ, tenant, session, FIRST_PAGE, 0)
+    try:
+        head = await db.fetchrow(CONTEXT_READ, tenant, session, FIRST_PAGE, 0)
+    except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError):
+        # Read through the driver, so the pool must be told the connection is gone.
+        await conn.invalidate()
+        raise
     if head is None:
         raise NotFound(f"session {session!r} not found")
     rows: list[dict[str, Any]] = _decoded(head["turns"])
