@@ -4,8 +4,14 @@ database migrated once, and a fresh clone of it per test (CREATE DATABASE … TE
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -40,9 +46,27 @@ def _with_database(url: str, database: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The embedded server, started once per run; URL of its `mnemo` database."""
-    return start_embedded(Path(tmp_path_factory.mktemp("pg")))
+def pg_url() -> Iterator[str]:
+    """The embedded server, started once per run; URL of its `mnemo` database.
+
+    Its folder is our own, not pytest's numbered tmp dirs, which a concurrent pytest
+    run may prune while this one still uses them.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="mnemo-test-pg-"))
+    yield start_embedded(folder)
+    stop_postgres(folder / "pg")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def stop_postgres(pgdata: Path) -> None:
+    pid_file = pgdata / "postmaster.pid"
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGINT)
+        for _ in range(100):
+            if not pid_file.exists():
+                break
+            time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")

@@ -91,6 +91,10 @@ def create_key(data_dir: Path, tenant: str = "fuzz", scope: str = "admin") -> st
     env["MNEMO_DATA_DIR"] = str(data_dir)
     done = subprocess.run(
         [sys.executable, "-m", "app.cli", "keys", "create", "--tenant", tenant, "--scope", scope],
-        env=env, capture_output=True, text=True, check=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     return done.stdout.strip().splitlines()[-1]

@@ -23,8 +23,14 @@ def test_every_operation_survives_generated_requests(data_dir: Path) -> None:
     server = start_server(data_dir, env={"MNEMO_EMBEDDER": "hash"})
     try:
         # Something to find: generated ids rarely exist, these do.
-        httpx.post(f"{server.url}/v1/sessions/s-1/turns", headers=auth, json={
-            "user_id": "u-42", "messages": [{"role": "user", "content": "Never book red-eyes."}]})
+        httpx.post(
+            f"{server.url}/v1/sessions/s-1/turns",
+            headers=auth,
+            json={
+                "user_id": "u-42",
+                "messages": [{"role": "user", "content": "Never book red-eyes."}],
+            },
+        )
         spec = httpx.get(f"{server.url}/openapi.json").json()
         schema = schemathesis.openapi.from_dict(spec)
         failures: list[str] = []

@@ -60,9 +60,7 @@ async def test_tenants_never_see_each_other(client: httpx.AsyncClient, engine: A
         assert (
             await client.get(f"/v1/sessions/shared-name{path}", headers=bearer(b))
         ).status_code == 404
-    assert (
-        await client.delete("/v1/sessions/shared-name", headers=bearer(b))
-    ).status_code == 404
+    assert (await client.delete("/v1/sessions/shared-name", headers=bearer(b))).status_code == 404
     # B may use the same session and user ids: they are B's own, separate rows.
     body_b = {"user_id": "u-1", "messages": [{"role": "user", "content": "B here"}]}
     r = await client.post("/v1/sessions/shared-name/turns", json=body_b, headers=bearer(b))

@@ -118,10 +118,15 @@ def test_pack_never_exceeds_budget_and_never_splits_tools(
 
 
 def test_an_oversized_newest_tool_result_is_cut_not_dropped() -> None:
-    recent = [user("find flights"), calls("1", "2"), result("1", "row " * 3000),
-              result("2", "small")]
-    packed = pack(blocks=[Block("task_state", "Goal: x")], recent=recent, max_tokens=400,
-                  count=count_tokens)
+    recent = [
+        user("find flights"),
+        calls("1", "2"),
+        result("1", "row " * 3000),
+        result("2", "small"),
+    ]
+    packed = pack(
+        blocks=[Block("task_state", "Goal: x")], recent=recent, max_tokens=400, count=count_tokens
+    )
     roles = [m["role"] for m in packed.messages]
     assert roles == ["system", "assistant", "tool", "tool"]
     assert packed.messages[2]["content"].endswith("[truncated]")

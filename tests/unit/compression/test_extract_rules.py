@@ -231,7 +231,7 @@ def test_unmatched_cancellation_becomes_a_decision() -> None:
 def test_todo_revoked_by_cancellation() -> None:
     units = extract([user(0, "接下来需要评估模型。"), user(1, "取消评估模型这个任务")])
     state = merge(TaskState(), units)
-    assert [(t.text, t.status) for t in state.todos] == [("需要评估模型", "cancelled")]
+    assert [(t.text, t.status) for t in state.todos] == [("评估模型", "cancelled")]
 
 
 # ------------------------------------------------------------------ entities

@@ -1,0 +1,167 @@
+"""Broken object-level authorization (OWASP API1): tenant B never reaches tenant A's
+objects. Every /v1 route must be listed here, so a new route cannot skip the check."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import httpx
+from fastapi import FastAPI
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.auth import keys
+
+# (method, path template) → the path B tries on A's objects, and what B must get.
+PROBES: dict[tuple[str, str], tuple[str, int]] = {
+    ("POST", "/v1/sessions/{session_id}/turns"): ("/v1/sessions/sa/turns", 201),  # B's own
+    ("GET", "/v1/sessions/{session_id}"): ("/v1/sessions/sa", 404),
+    ("GET", "/v1/sessions/{session_id}/context"): ("/v1/sessions/sa/context", 404),
+    ("GET", "/v1/sessions/{session_id}/state"): ("/v1/sessions/sa/state", 404),
+    ("GET", "/v1/sessions/{session_id}/turns"): ("/v1/sessions/sa/turns", 404),
+    ("DELETE", "/v1/sessions/{session_id}"): ("/v1/sessions/sa", 404),
+    ("POST", "/v1/sessions/{session_id}/compact"): ("/v1/sessions/sa/compact", 404),
+    ("GET", "/v1/sessions/{session_id}/events"): ("/v1/sessions/sa/events", 404),
+    ("GET", "/v1/sessions/{session_id}/events/{event_id}"): (
+        "/v1/sessions/sa/events/{event}",
+        404,
+    ),
+    ("POST", "/v1/users/{user_id}/memories"): ("/v1/users/ua/memories", 201),  # B's own
+    ("GET", "/v1/users/{user_id}/memories"): ("/v1/users/ua/memories", 404),
+    ("DELETE", "/v1/users/{user_id}/memories/{memory_id}"): (
+        "/v1/users/ua/memories/{memory}",
+        404,
+    ),
+    ("DELETE", "/v1/users/{user_id}"): ("/v1/users/ua", 404),
+}
+
+
+def app_of(client: httpx.AsyncClient) -> FastAPI:
+    app = client._transport.app  # type: ignore[attr-defined]
+    assert isinstance(app, FastAPI)
+    return app
+
+
+async def keys_for(client: httpx.AsyncClient, engine: AsyncEngine, *tenants: str) -> list[dict]:
+    async with engine.begin() as conn:
+        made = [await keys.create_key(conn, tenant=t, scope="admin") for t in tenants]
+    app_of(client).state.guard.forget()
+    return [{"Authorization": f"Bearer {k}"} for k in made]
+
+
+async def test_every_route_refuses_another_tenants_objects(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    paths = app_of(client).openapi()["paths"]
+    routes = {
+        (method.upper(), path)
+        for path, operations in paths.items()
+        if path.startswith("/v1/")
+        for method in operations
+    }
+    assert routes == set(PROBES), "add the new route to PROBES"
+
+    a, b = await keys_for(client, engine, "tenant-a", "tenant-b")
+    msgs = [{"role": "user", "content": f"A's secret {i}"} for i in range(10)]
+    await client.post("/v1/sessions/sa/turns", json={"user_id": "ua", "messages": msgs}, headers=a)
+    memory = (
+        await client.post("/v1/users/ua/memories", json={"text": "A's memory"}, headers=a)
+    ).json()
+    # An event of A's, written directly (no worker here).
+    async with engine.begin() as conn:
+        from sqlalchemy import text
+
+        event = (
+            await conn.execute(
+                text(
+                    "INSERT INTO compression_events (session_id, trigger, tier, state_version,"
+                    " turn_ids, turn_seqs, input_tokens, output_tokens, ratio, duration_ms,"
+                    " extractor, units, rendered_state, change_summary)"
+                    " SELECT id, 'manual', 1, 1, '[]', '[]', 1, 1, 1, 1,"
+                    " 'rules', '[]', 'A state', 'x' FROM sessions WHERE tenant_id = 'tenant-a'"
+                    " RETURNING id"
+                )
+            )
+        ).scalar_one()
+    # Reads and deletes first: B's own posts then create B's objects of the same names.
+    ordered = sorted(PROBES.items(), key=lambda item: item[1][1] == 201)
+    for (method, _), (path, expected) in ordered:
+        url = path.format(event=event, memory=memory["id"])
+        body = None
+        if url.endswith("/turns") and method == "POST":
+            body = {"user_id": "ua", "messages": [{"role": "user", "content": "B"}]}
+        if url.endswith("/memories") and method == "POST":
+            body = {"text": "B's memory"}
+        r = await client.request(method, url, json=body, headers=b)
+        assert r.status_code == expected, (method, url, r.text)
+        assert "A's" not in r.text
+    # A's objects are all still there and unchanged.
+    assert (await client.get("/v1/sessions/sa", headers=a)).json()["turn_count"] == 10
+    texts = [
+        m["text"] for m in (await client.get("/v1/users/ua/memories", headers=a)).json()["memories"]
+    ]
+    assert texts == ["A's memory"]
+
+
+WORDS = ["alpha", "beta", "gamma", "delta", "花生", "过敏", "seat", "aisle", "QX7T2L", "tokyo"]
+PLAN = st.lists(
+    st.tuples(
+        st.integers(0, 1),  # tenant
+        st.integers(0, 2),  # user
+        st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+async def _check_isolation(db_url: str, plan: list, query: list[str]) -> None:
+    from app.db.engine import make_engine
+    from app.main import create_app
+    from tests.conftest import make_settings
+
+    engine = make_engine(db_url, pool_size=2)
+    app = create_app(make_settings(db_url), database_url=db_url, engine=engine)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://m") as client:
+                async with engine.begin() as conn:
+                    made = [
+                        await keys.create_key(conn, tenant=f"t{i}", scope="agent") for i in (0, 1)
+                    ]
+                headers = [{"Authorization": f"Bearer {k}"} for k in made]
+                run = uuid.uuid4().hex[:8]
+                for tenant, user, words in plan:
+                    text_ = f"[{tenant}/{user}/{run}] " + " ".join(words)
+                    r = await client.post(
+                        f"/v1/users/u{user}-{run}/memories",
+                        json={"text": text_},
+                        headers=headers[tenant],
+                    )
+                    assert r.status_code == 201
+                for tenant in (0, 1):
+                    for user in range(3):
+                        r = await client.get(
+                            f"/v1/users/u{user}-{run}/memories",
+                            params={"query": " ".join(query), "limit": 50},
+                            headers=headers[tenant],
+                        )
+                        if r.status_code == 404:
+                            assert not any(t == tenant and u == user for t, u, _ in plan)
+                            continue
+                        for m in r.json()["memories"]:
+                            assert m["text"].startswith(f"[{tenant}/{user}/{run}]"), m["text"]
+    finally:
+        await engine.dispose()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(plan=PLAN, query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
+def test_search_never_returns_another_users_or_tenants_memory(
+    db_url: str, plan: list, query: list[str]
+) -> None:
+    # A sync property test driving its own event loop: Hypothesis runs sync functions.
+    asyncio.run(_check_isolation(db_url, plan, query))
