@@ -131,6 +131,9 @@ class ContextOut(BaseModel):
     full_history_tokens: int = Field(
         description="What the whole raw history would cost: the baseline this context replaces."
     )
+    memory_ids: list[int] = Field(
+        default_factory=list, description="Long-term memories placed in this context."
+    )
 
 
 class StateOut(BaseModel):

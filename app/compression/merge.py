@@ -16,9 +16,12 @@ The rules, each chosen so an agent never loses or contradicts what it was told:
   marked revoked; cancelled todos stay, marked cancelled. A revocation that
   matches nothing is kept as a decision ("cancel the hotel booking").
 * **Decay by distance.** ``activity = decay_factor ** (last_seq - last_seen)``
-  for non-core items. Deriving it from seqs instead of multiplying on each
-  merge is what keeps merging idempotent. Core items (goal, constraints,
-  pending, high-stakes, parameters, preferences) and emphasized items stay 1.0.
+  for non-core items (facts, decisions, blockers, artifacts, closed todos).
+  Deriving it from seqs instead of multiplying on each merge is what keeps
+  merging idempotent. Core items (goal, constraints, pending, high-stakes,
+  parameters, preferences), the action ledger (done, failed or in-flight
+  calls: forgetting one makes an agent repeat it) and open todos (work still
+  owed), and emphasized items stay 1.0.
 """
 
 from __future__ import annotations
@@ -508,8 +511,8 @@ class _Merger:
 
 # ----------------------------------------------------------------------- decay
 
-_CORE = ("constraints", "pending", "high_stakes", "parameters", "preferences")
-_DECAYING = ("actions", "artifacts", "decisions", "todos", "blockers", "facts")
+_CORE = ("constraints", "pending", "high_stakes", "parameters", "preferences", "actions")
+_DECAYING = ("artifacts", "decisions", "todos", "blockers", "facts")
 
 
 def _refresh_activity(state: TaskState, factor: float) -> None:
@@ -521,4 +524,5 @@ def _refresh_activity(state: TaskState, factor: float) -> None:
     for name in _DECAYING:
         for item in getattr(state, name):
             distance = max(0, state.last_seq - item.last_seen)
-            item.activity = 1.0 if item.emphasized else round(factor**distance, 6)
+            core = item.emphasized or (isinstance(item, Todo) and item.status == "open")
+            item.activity = 1.0 if core else round(factor**distance, 6)

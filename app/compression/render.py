@@ -13,20 +13,29 @@ The template is fixed so agents (and tests) can rely on it:
     Awaiting the user: Pending: …           等待用户：待确认：…
     Next steps: - … (missing: …)            下一步：- …（缺少：…）
 
-With ``max_tokens`` the lowest-priority lines go first (revoked items, facts,
-artifacts, old actions…); constraints, pinned facts and pending confirmations
-are never dropped, even if the block then exceeds the budget.
+The action ledger and open todos are always rendered, however old: a long
+ledger is grouped by tool instead (``ledger.py``). With ``max_tokens`` the
+least important detail goes first, in this order, until the block fits:
+
+1. revoked items, facts, notes, answered questions, artifacts, closed todos;
+2. the ledger grouped by tool (the newest calls still in full);
+3. decisions, blockers;
+4. the ledger reduced to ids; then preferences;
+5. the ledger reduced to tool names and counts; then whole lines by priority
+   (actions, open todos, parameters, the goal).
+
+Constraints, pinned facts and pending confirmations are never dropped, even if
+the block then exceeds the budget.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from app.compression.state import Action, Language, Note, TaskState
+from app.compression.ledger import FULL_LEDGER_CALLS, Detail, ledger_lines
+from app.compression.state import Language, Note, TaskState
 from app.compression.text import clip
 from app.compression.text import detect_language as _detect
 from app.core.tokens import count_tokens as _count_tokens
@@ -49,6 +58,7 @@ LABELS: dict[str, dict[str, str]] = {
         "no_result": "no result recorded",
         "calls": "{n} calls",
         "failures": "{n} failed",
+        "last": "last → {text}",
         "params": "Current parameters:",
         "param": "- {name}: {value}",
         "was": " (was {old})",
@@ -78,6 +88,7 @@ LABELS: dict[str, dict[str, str]] = {
         "no_result": "无结果记录",
         "calls": "共 {n} 次",
         "failures": "{n} 次失败",
+        "last": "最近一次 → {text}",
         "params": "当前参数：",
         "param": "- {name}：{value}",
         "was": " (原为 {old})",
@@ -108,7 +119,8 @@ _PRIORITY = {
     "blockers": 4.0,
     "preferences": 5.0,
     "actions": 6.5,
-    "todos": 6.0,
+    # Work still owed outlives the record of work done.
+    "todos": 6.8,
     "params": 7.0,
     "goal": 8.0,
 }
@@ -117,6 +129,15 @@ _PRIORITY = {
 def detect_language(texts: Iterable[str | None]) -> Language:
     """ "zh" or "en" by the share of CJK characters (see ``text.detect_language``)."""
     return _detect(texts)
+
+
+# Before each ledger detail level is given up, lines below this priority may go.
+_DROP_BELOW = {
+    Detail.FULL: 2.5,
+    Detail.GROUPED: 4.5,
+    Detail.COMPACT: 5.5,
+    Detail.MINIMAL: NEVER_DROP,
+}
 
 
 @dataclass(slots=True)
@@ -143,12 +164,19 @@ def render(
 ) -> str:
     """The state as prompt text ('' when there is nothing to say)."""
     lang = language if language in LABELS else (state.language or "en")
-    sections = _sections(state, LABELS[lang], min_activity)
-    if not any(s.lines for s in sections):
-        return ""
-    title = LABELS[lang]["title"].format(n=state.last_seq)
-    if max_tokens is not None:
-        _fit(title, sections, max_tokens, count_tokens)
+    lab = LABELS[lang]
+    title = lab["title"].format(n=state.last_seq)
+    first = Detail.FULL if len(state.actions) <= FULL_LEDGER_CALLS else Detail.GROUPED
+    for detail in Detail:
+        if detail < first:
+            continue
+        sections = _sections(state, lab, min_activity, detail)
+        if not any(s.lines for s in sections):
+            return ""
+        if max_tokens is None:
+            return _join(title, sections)
+        if _fit(title, sections, max_tokens, count_tokens, below=_DROP_BELOW[detail]):
+            break
     return _join(title, sections)
 
 
@@ -163,14 +191,16 @@ def _join(title: str, sections: list[_Section]) -> str:
     return "\n".join(out)
 
 
-def _fit(title: str, sections: list[_Section], budget: int, count: TokenCounter) -> None:
-    """Drop the lowest-priority lines until the block fits (never the undroppable ones)."""
+def _fit(
+    title: str, sections: list[_Section], budget: int, count: TokenCounter, *, below: float
+) -> bool:
+    """Drop the lowest-priority lines (under ``below``) until the block fits; True if it does."""
     droppable = sorted(
         (
             (line.priority, line.activity, line.seq, i, j)
             for i, s in enumerate(sections)
             for j, line in enumerate(s.lines)
-            if line.priority != NEVER_DROP
+            if line.priority < below
         ),
         reverse=True,
     )
@@ -193,6 +223,7 @@ def _fit(title: str, sections: list[_Section], budget: int, count: TokenCounter)
             total = count(_join(title, _without(sections, removed)))
     for i, section in enumerate(sections):
         section.lines = [line for j, line in enumerate(section.lines) if (i, j) not in removed]
+    return total <= budget
 
 
 def _without(sections: list[_Section], removed: set[tuple[int, int]]) -> list[_Section]:
@@ -205,36 +236,9 @@ def _without(sections: list[_Section], removed: set[tuple[int, int]]) -> list[_S
 # ----------------------------------------------------------------------- sections
 
 
-def _fmt_value(value: Any) -> str:
-    if isinstance(value, str):
-        return clip(value, 32)
-    return clip(json.dumps(value, ensure_ascii=False), 32)
-
-
-def format_call(action: Action) -> str:
-    args = list(action.arguments.items())
-    shown = ", ".join(f"{k}={_fmt_value(v)}" for k, v in args[:5])
-    if len(args) > 5:
-        shown += ", …"
-    return f"{action.tool}({clip(shown, 160)})"
-
-
-def _action_line(action: Action, lab: dict[str, str]) -> str:
-    marker = {"done": lab["done"], "failed": lab["failed"], "unknown": lab["called"]}[action.status]
-    summary = action.result_summary if action.status != "unknown" else lab["no_result"]
-    text = f"{marker} {format_call(action)}"
-    if summary:
-        text += f" → {summary}"
-    if action.repeats:
-        extra = [lab["calls"].format(n=len(action.attempts))]
-        failures = sum(1 for a in action.attempts if a.status == "failed")
-        if failures and action.status == "done":
-            extra.append(lab["failures"].format(n=failures))
-        text += f" ({lab['sep'].join(extra)})"
-    return text
-
-
-def _sections(state: TaskState, lab: dict[str, str], min_activity: float) -> list[_Section]:
+def _sections(
+    state: TaskState, lab: dict[str, str], min_activity: float, detail: Detail
+) -> list[_Section]:
     def visible(activity: float) -> bool:
         return activity >= min_activity
 
@@ -266,12 +270,12 @@ def _sections(state: TaskState, lab: dict[str, str], min_activity: float) -> lis
         ],
     )
 
+    # The ledger is never hidden for age: it is compressed instead (ledger.py).
     actions = _Section(
         lab["actions"],
         [
-            _Line(_action_line(a, lab), _PRIORITY["actions"], a.activity, a.seq)
-            for a in sorted(state.actions, key=lambda a: a.seq)
-            if visible(a.activity)
+            _Line(line.text, _PRIORITY["actions"], 1.0, line.seq)
+            for line in ledger_lines(state.actions, lab, detail)
         ],
     )
     actions.lines += [
@@ -327,8 +331,8 @@ def _sections(state: TaskState, lab: dict[str, str], min_activity: float) -> lis
     )
     todos = _Section(lab["todos"])
     for t in state.todos:
-        if t.status != "open" or not visible(t.activity):
-            continue
+        if t.status != "open":
+            continue  # open todos are work still owed: never hidden for age
         text = f"- {t.text}"
         if t.missing_prerequisites:
             text += lab["missing"].format(items=lab["sep"].join(t.missing_prerequisites))

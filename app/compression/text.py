@@ -78,14 +78,27 @@ def containment(needle: str, haystack: str) -> float:
     return len(a & word_set(haystack)) / len(a)
 
 
+# Language-neutral tokens: JSON keys, and identifiers, numbers, dates, paths and
+# URLs (anything with a digit, "_" or "/"), e.g. "search_hotels", "2026-05-14", "TP200".
+_JSON_KEY = re.compile(r'"(?:[^"\\\n]{0,80})"\s*:')
+_NEUTRAL = re.compile(r"[A-Za-z0-9_.\-/:@~]*[\d_/][A-Za-z0-9_.\-/:@~]*")
+_LATIN_ONLY = re.compile(r"[A-Za-z][A-Za-z'\-]*")
+
+
 def cjk_ratio(texts: Iterable[str]) -> float:
-    """CJK characters over (CJK characters + Latin words): a word is roughly a character."""
+    """CJK characters over (CJK characters + Latin words): a word is roughly a character.
+
+    JSON keys, numbers and identifiers are neither language, so tool output or a
+    pasted config does not make a Chinese conversation look English.
+    """
     cjk = latin = 0
     for text in texts:
         if not text:
             continue
+        if '":' in text or '" :' in text:
+            text = _JSON_KEY.sub(" ", text)
         cjk += len(_CJK.findall(text))
-        latin += len(_LATIN_WORD.findall(text))
+        latin += len(_LATIN_ONLY.findall(_NEUTRAL.sub(" ", text)))
     total = cjk + latin
     return cjk / total if total else 0.0
 

@@ -98,11 +98,12 @@ async def build_context(
             rows.extend(_decoded(more["turns"]))
     recent = [RecentTurn(message=_message(r), tokens=r["tokens"]) for r in reversed(rows)]
     blocks = [Block("task_state", head["rendered"])]
+    memory_ids: list[int] = []
     if memory is not None and head["has_memories"] and memory.budget_tokens > 0:
         latest = next(
             ((r["seq"], r["content"]) for r in rows if r["role"] == "user" and r["content"]), None
         )
-        text, _ = await memory_block(
+        text, placed = await memory_block(
             conn,
             db,
             MemoryRequest(
@@ -118,6 +119,7 @@ async def build_context(
             embedder=memory.embedder,
         )
         blocks.append(Block("memories", text))
+        memory_ids = [m.id for m in placed]
     packed = pack(blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens)
     return ContextOut(
         session_id=session,
@@ -129,4 +131,5 @@ async def build_context(
         tokens=packed.tokens,
         max_tokens=max_tokens,
         full_history_tokens=head["total_tokens"],
+        memory_ids=memory_ids if "memories" in [k for k, _ in packed.blocks] else [],
     )

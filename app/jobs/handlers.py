@@ -52,7 +52,13 @@ def build_handlers(
     embedder: Embedder | None = None,
 ) -> dict[str, Handler]:
     """Handlers for every job kind; the LLM extractor only when an LLM is configured."""
-    client = chat_client_from_settings(settings, http) if http is not None else None
+
+    def observe_llm(outcome: str, seconds: float) -> None:
+        if metrics is not None:
+            metrics.llm_calls.labels(outcome).inc()
+            metrics.llm_latency.observe(seconds)
+
+    client = chat_client_from_settings(settings, http, observe_llm) if http is not None else None
     primary = LLMExtractor(client, max_retries=settings.llm_max_retries) if client else None
 
     def on_compressed(event: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -64,8 +65,12 @@ class ChatClient:
         timeout_s: float,
         response_format: Literal["json_object", "json_schema"] = "json_object",
         stats: LLMStats | None = None,
+        observe: Callable[[str, float], None] | None = None,
     ) -> None:
         self._http = http
+        # Called after every call with its outcome ("ok", "unavailable",
+        # "bad_response") and duration in seconds: the metrics hook.
+        self._observe = observe
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.model = model
@@ -90,13 +95,18 @@ class ChatClient:
         }
         started = time.perf_counter()
         self.stats.calls += 1
+        outcome = "ok"
         try:
             return await self._post(body)
-        except LLMError:
+        except LLMError as exc:
             self.stats.errors += 1
+            outcome = "unavailable" if isinstance(exc, LLMUnavailable) else "bad_response"
             raise
         finally:
-            self.stats.total_ms += (time.perf_counter() - started) * 1000
+            elapsed = time.perf_counter() - started
+            self.stats.total_ms += elapsed * 1000
+            if self._observe is not None:
+                self._observe(outcome, elapsed)
 
     def _format(self, schema: dict | None) -> dict[str, Any]:
         if self._response_format == "json_schema" and schema is not None:
@@ -154,7 +164,11 @@ def _content(response: httpx.Response) -> str:
     return content
 
 
-def chat_client_from_settings(settings: Settings, http: httpx.AsyncClient) -> ChatClient | None:
+def chat_client_from_settings(
+    settings: Settings,
+    http: httpx.AsyncClient,
+    observe: Callable[[str, float], None] | None = None,
+) -> ChatClient | None:
     """The configured client, or None when no LLM is configured (rules only)."""
     if not settings.llm_base_url:
         return None
@@ -164,4 +178,5 @@ def chat_client_from_settings(settings: Settings, http: httpx.AsyncClient) -> Ch
         api_key=settings.llm_api_key,
         model=settings.llm_model,
         timeout_s=settings.llm_timeout_s,
+        observe=observe,
     )

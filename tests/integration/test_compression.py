@@ -261,6 +261,7 @@ async def test_compression_through_a_scripted_llm_and_its_failure(
                 assert "Never deploy on Fridays." in r["rendered_state"]  # nothing lost
                 metrics = (await c.get("/metrics")).text
                 assert "mnemo_extractor_fallbacks_total 1.0" in metrics
+                assert 'mnemo_llm_calls_total{outcome="ok"} 3.0' in metrics
                 assert (
                     'mnemo_compressions_total{extractor="llm:tiny",trigger="manual"} 1.0' in metrics
                 )

@@ -93,6 +93,8 @@ async def test_promoted_memories_reach_the_same_user_only(
     ctx = (await live.get("/v1/sessions/trip-2/context")).json()
     assert "memories" in [b["kind"] for b in ctx["blocks"]]
     assert "allergic to peanuts" in ctx["messages"][0]["content"]
+    assert ctx["memory_ids"]
+    assert "mnemo_memory_retrieval_hits_total" in (await live.get("/metrics")).text
     # Bob never sees it.
     await live.post(
         "/v1/sessions/bob-1/turns",

@@ -104,6 +104,8 @@ async def get_context(
     )
     metrics.context_tokens.observe(out.tokens)
     metrics.history_tokens.observe(out.full_history_tokens)
+    if out.memory_ids:
+        metrics.memory_hits.inc(len(out.memory_ids))
     return out
 
 

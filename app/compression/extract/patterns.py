@@ -39,10 +39,32 @@ CHITCHAT = re.compile(
     r"|天气(?:怎么样|如何|真好|不错)|今天天气|你好吗|最近怎么样|讲个笑话|你真(?:棒|好|聪明)|吃了吗|哈哈",
     _I,
 )
+SOCIAL = re.compile(
+    r"(?i:\b(?:haha+|hehe+|lol|lmao|rofl|omg|ugh|yay|brb|can'?t wait"
+    r"|so (?:annoying|tired|excited|fun|boring)|what a (?:finish|game|day|week)"
+    r"|the (?:flat|house|place) is a mess|just kidding|spent like)\b"
+    r"|\bmy (?:cat|dog|kid|kids|son|daughter|sister|brother|mum|mom|dad|wife|husband|partner"
+    r"|neighbou?r|friend|family)\b)"
+    r"|哈哈|嘿嘿|呵呵|笑死|好期待|好想|累死|吵死|烦死|困死|饿死|好累|好开心|好无聊|好酸|太精彩"
+    r"|我家(?:猫|狗|孩子|小孩)|我(?:妹妹|姐姐|哥哥|弟弟|老婆|老公|妈|爸|朋友)|想放假|周末.{0,6}玩"
+)
 RHETORICAL = re.compile(
     r"anything else|what else can i|how (?:else )?can i help|hope (?:this|that) helps"
     r"|还有(?:什么|其他|别的)(?:可以|需要|能)|有什么(?:可以|能)帮|还需要(?:什么|其他)帮助",
     _I,
+)
+# Generic offers and sign-offs: the assistant is not waiting on these, so they are
+# neither pending confirmations nor questions a later reply answers.
+OFFER = re.compile(
+    r"(?i:\blet me know if (?:you(?:'d| would)? (?:like|want|need|prefer)"
+    r"|you have (?:any )?(?:other |more )?questions|there(?:'s| is) anything|(?:i|we) can|anything)"
+    r"|\b(?:just )?let me know(?: if| whenever| when)? you(?:'d| would)? like (?:me )?to\b"
+    r"|\b(?:happy|glad) to (?:help|assist|compare|look|dig|check|explain|go)\b"
+    r".*\b(?:whenever|anytime|if you)"
+    r"|\bfeel free to\b|\bdon'?t hesitate\b|\bif you need anything\b|\banything else\b"
+    r"|\bis there anything else\b|\bhope (?:this|that) helps\b)"
+    r"|随时(?:告诉|叫|联系|找|问)我?|有(?:任何)?需要(?:的话)?(?:随时|请|可以)|如(?:果|有)?需要.{0,16}(?:告诉我|叫我|说一声|联系我)"
+    r"|希望(?:对您|对你|能)有(?:所)?帮助|还有(?:什么|其他|别的)(?:可以|需要|能)|还需要(?:什么|其他)帮助"
 )
 QUESTION_END = re.compile(r"[?？]\s*$|(?:吗|呢|么)[\s。.]*$")
 
@@ -230,6 +252,15 @@ REQUEST = re.compile(
     r"|design|research|reserve|rent|cancel|email|call|run|load|fetch|download|upload|list)\b)"
 )
 
+# A new instruction rather than an answer: imperatives REQUEST does not list.
+IMPERATIVE = re.compile(
+    r"(?i:^(?:now\s+|then\s+|ok(?:ay)?,?\s+)?(?:show|look|tell|give|pull|open|start|launch|roll"
+    r"|build|deploy|register|evaluate|transfer|issue|request|set|move|backfill|query|create|book"
+    r"|restart|stop|delete|remove|drop|retry|add|change|switch)\b)"
+    r"|^(?:再|先|现在)?(?:看看|看一下|查一下|查查|帮我|给我|把|开始|跑一下|跑一次|部署|构建|预订|预约|订|找一下|调一下"
+    r"|列一下|发|建|加|申请|设置|注册|评估|创建|拉|转|退款|取消|删除)"
+)
+
 # ------------------------------------------------------------------- preferences
 PREFERENCE = re.compile(
     r"我(?:比较|更|最|还是)?(?:喜欢|偏好|偏爱|倾向于?|习惯|爱)|我不(?:太)?喜欢|我讨厌|偏好|最好(?:是|用)?"
@@ -292,16 +323,23 @@ TODO = re.compile(
     r"|(?i:\b(?:still need to|next step is to|the next thing is to)\s+(?P<t3>.+))"
     r"|(?i:^(?:next|now|then|after that),?\s+(?:i'?ll|i will|let me|we'?ll|we will)\s+(?P<t4>.+))"
     r"|^(?:接下来|下一步|然后)我(?:会|将|来|再)(?P<t5>.+)"
+    r"|^然后(?:再|要|还要|还得)?[，,\s]*(?P<t6>.+)"
 )
+# What a Chinese todo's text starts with that is not the action ("接下来要订…", "下一步是配置…").
+TODO_TEXT_LEAD = re.compile(r"^(?:是|要|就是|得|需要|先|再|我们要|我们得)\s*")
 PREREQUISITE = re.compile(
     r"(?i:\b(?:once|after|when|as soon as)\s+(?:you|we|i|they)\s+(?:have|get|receive|send|provide"
     r"|share|give|confirm|upload|finish)\s+(?P<p1>[^,.;]+))"
     r"|(?i:\b(?:requires?|pending|waiting (?:for|on)|blocked (?:by|on)|depends on|until (?:i|we)"
     r" (?:get|have|receive))\s+(?P<p2>[^,.;]+))"
     r"|(?i:\bwithout\s+(?P<p3>(?:your|the|a|an)\s+[^,.;]+))"
+    r"|(?i:\b(?:once|as soon as|after)\s+"
+    r"(?P<p9>(?:the|a|an|my|our|your|his|her|their)\s+\w[^,.;]*))"
     r"|(?:需要|要|得)先?(?:您|你|用户)?(?:提供|给|发|上传|确认)(?P<p4>[^，。,；;]+)"
     r"|等(?:您|你|我|我们)?(?:提供|给|发|上传|确认|拿到|收到)(?P<p5>[^，。,；;]+?)(?:之?后|以后|再)"
     r"|缺少(?P<p6>[^，。,；;]+)|还没有(?P<p7>[^，。,；;]+)|(?:需要|依赖)(?P<p8>[^，。,；;]{1,20})才能"
+    # "等顾客确认收到换货之后再关": whoever the subject, what comes after 等 is awaited.
+    r"|等(?P<p10>[^，。,；;]{2,30}?)(?:之后|以后|后)(?:再|才)"
 )
 BLOCKER = re.compile(
     r"卡在|卡住|受阻|阻塞|无法|没法|没有权限|缺少|缺乏|做不了|不能继续|进行不下去|一直失败|被拒"

@@ -46,6 +46,12 @@ _CONSTRAINT_LED = re.compile(
 )
 _TOOL_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 _MAX_SENTENCES_PER_TURN = 200
+_LAST_CLAUSE = re.compile(r"[,，:：;；]")
+_OR = re.compile(r"\s+or\s+|还是|或者", re.IGNORECASE)
+_QUESTION_WORDS = word_set(
+    "which what when where who how should shall would could do you prefer want like use "
+    "哪个 哪家 哪些 什么 怎么 是否 需要 喜欢 想要 您 你 我"
+)
 _ANSWER_CHARS = 120
 
 
@@ -124,15 +130,45 @@ def _resolutions(first: str, turn: TurnView, open_refs: list[Ref]) -> tuple[list
         rest = first[cue.end() :]
         pure = len(normalize(rest)) <= 12 and not P.CONSTRAINT.search(first)
     else:
-        # Any real reply answers an open question; a yes/no confirmation needs a yes or no.
-        answer_like = not S.is_noise(first) and len(first.split()) <= 40 and len(first) <= 200
-        targets = [r for r in open_refs if r.choice] if answer_like else []
+        # A reply that addresses an open question answers it; a yes/no confirmation
+        # needs a yes or no.
+        targets = [r for r in open_refs if r.choice and _addresses(first, r.text)]
         pure = False
     answer = clip(first, _ANSWER_CHARS)
     units: list[Unit] = [
         ResolutionUnit(answer=answer, target=ref.key, source_seqs=[turn.seq]) for ref in targets
     ]
     return units, pure and bool(units)
+
+
+def _options(question: str) -> list[frozenset[str]]:
+    """The alternatives a question offers: "…, window or aisle?" → {window}, {aisle}."""
+    clause = _LAST_CLAUSE.split(question.rstrip("?？ "))[-1]
+    parts = [p for p in _OR.split(clause) if p.strip()]
+    if len(parts) < 2:
+        parts = [p for p in _OR.split(question.rstrip("?？ ")) if p.strip()]
+    return [word_set(p) for p in parts] if len(parts) >= 2 else []
+
+
+def _addresses(reply: str, question: str) -> bool:
+    """Whether a reply answers an open question rather than moving on.
+
+    "Aisle, please." answers "Which seat, window or aisle?"; "Show me hotels
+    near Shinjuku." answers nothing: it is the next request.
+    """
+    if S.is_noise(reply) or len(reply.split()) > 40 or len(reply) > 200:
+        return False
+    words = word_set(reply)
+    options = _options(question)
+    if options:
+        return any(words & option for option in options)
+    echoed = len(words & (word_set(question) - _QUESTION_WORDS))
+    if S.is_question(reply) or P.REQUEST.search(reply) or P.IMPERATIVE.search(reply):
+        # A new instruction, unless it echoes the question ("Deploy eu-west-1 first").
+        return echoed >= 2
+    # A short reply to an open question is its answer; a long one must stay on topic.
+    short = len(reply.split()) <= 6 and len(normalize(reply)) <= 24
+    return short or echoed > 0
 
 
 def _speech_units(
@@ -181,8 +217,8 @@ def _goal_like(sentence: str, explained: bool) -> bool:
 def _assistant_units(turn: TurnView, sentences: list[str], ctx: Context) -> list[Unit]:
     units: list[Unit] = []
     for sentence in sentences:
-        if S.is_noise(sentence) or P.RHETORICAL.search(sentence):
-            continue
+        if S.is_noise(sentence) or P.RHETORICAL.search(sentence) or P.OFFER.search(sentence):
+            continue  # "Let me know if you'd like more options": nothing is awaited
         if S.is_question(sentence) or P.AWAITING.search(sentence):
             # "Which seat?" / "Do you have a preference?" are answered by any reply;
             # "Shall I book it?" only by a yes or a no.

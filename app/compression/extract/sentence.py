@@ -55,6 +55,15 @@ _TODO_LEAD = re.compile(
     r"|^(?:我会|我将|我来|我再)",
     re.I,
 )
+# Prerequisites stated as a condition on the todo ("once you have X", "等X之后再…"),
+# as opposed to a missing thing named inside it ("缺少…"): the todo text stops there.
+_CONDITION_GROUPS = ("p1", "p2", "p4", "p5", "p9", "p10")
+# What is left of a condition clause once it is cut: "… that", "…，等".
+_TODO_TAIL = re.compile(
+    r"(?:\s+(?:once|after|when|as soon as|until|but|and|that|which))+$"
+    r"|[，,]?\s*(?:等|需要先|要先)$",
+    re.I,
+)
 _NAME_LEAD = re.compile(r"^(?:the|my|our|your)\s+", re.I)
 _TARGET_LEAD = re.compile(
     r"^(?:之前的?|刚才的?|那个|这个|上面的?|前面的?)|^(?:the|my|that|this|about|on|of)\s+", re.I
@@ -75,6 +84,11 @@ def is_noise(sentence: str) -> bool:
     if len(normalize(sentence)) < 2 or P.NOISE.match(sentence):
         return True
     return _hinted(P.HINT_CHITCHAT, sentence) and P.CHITCHAT.search(sentence) is not None
+
+
+def is_social(sentence: str) -> bool:
+    """Small talk markers ("can't wait", "haha", "好想放假"): not task content."""
+    return P.SOCIAL.search(sentence) is not None
 
 
 def is_question(sentence: str) -> bool:
@@ -232,13 +246,25 @@ def parameters(sentence: str, seq: int, ctx: Context) -> list[ParameterUnit]:
             found.append(_param(m["name"], m["value"], None, seq))
     m = P.COLON_PAIR.match(sentence)
     # "订单号：ORD-1" or "Docs: https://…" name an artifact, not a setting.
-    if m and not found and not find_artifacts(sentence):
+    if m and not found and _plausible_pair(m["name"], m["value"]) and not find_artifacts(sentence):
         found.append(_param(m["name"], m["value"], None, seq))
     unique: dict[str, ParameterUnit] = {}
     for unit in found:
         if unit is not None:
             unique[param_key(unit.name)] = unit  # the last mention in a sentence wins
     return list(unique.values())
+
+
+def _plausible_pair(name: str, value: str) -> bool:
+    """ "batch size: 32" is a setting; "random question: do you like jazz?" is not.
+
+    A value is a short term, not a question or a sentence; the name's head word
+    is not one that introduces speech ("question", "note", "update"…).
+    """
+    if is_question(value) or is_social(value) or len(value.split()) > 6:
+        return False
+    head = name.split()[-1] if name.split() else name
+    return P.PARAM_NAME_STOP.match(head) is None and P.PARAM_NAME_STOP.match(name) is None
 
 
 def _bare_use_in_word(clause: str, m: re.Match[str]) -> bool:
@@ -306,15 +332,38 @@ def _sets_parameter(clause: str) -> bool:
     return bool(P.ZH_SET.search(stripped) or P.EN_SET.search(clause) or P.ASSIGN.search(clause))
 
 
-def prerequisites(sentence: str) -> list[str]:
+def _prerequisite_matches(sentence: str) -> list[re.Match[str]]:
     if not _hinted(P.HINT_PREREQUISITE, sentence):
         return []
+    return [m for m in P.PREREQUISITE.finditer(sentence) if any(m.groups())]
+
+
+def prerequisites(sentence: str) -> list[str]:
     found = []
-    for m in P.PREREQUISITE.finditer(sentence):
+    for m in _prerequisite_matches(sentence):
         text = next((g for g in m.groups() if g), "").strip(" ，,。.")
         if text:
             found.append(clip(text, 80))
     return found
+
+
+def _todo_action(text: str, start: int, waits: list[re.Match[str]]) -> str:
+    """The action of a todo, without the condition it waits on.
+
+    "关闭工单，等顾客确认收到换货之后再关" → "关闭工单"; "book the transfer once you
+    have my landing time" → "book the transfer". ``start`` is where ``text``
+    begins in the sentence the prerequisite matches were found in.
+    """
+    cut = len(text)
+    for m in waits:
+        at = m.start() - start
+        if 0 < at < cut and any(m.group(g) for g in _CONDITION_GROUPS):
+            cut = at
+    head = text[:cut].rstrip(" ，,；;：:")
+    # "once", "after", "等" have been cut at; a dangling connective is not the action.
+    head = _TODO_TAIL.sub("", head).strip(" ，,")
+    head = P.TODO_TEXT_LEAD.sub("", head)
+    return head if len(normalize(head)) >= 2 else text
 
 
 def todo(sentence: str, seq: int, emph: bool) -> TodoUnit | None:
@@ -323,8 +372,17 @@ def todo(sentence: str, seq: int, emph: bool) -> TodoUnit | None:
     m = P.TODO.search(sentence)
     if m is None:
         return None
-    text = next((g for g in m.groups() if g), "").strip(" ，,。.：:")
-    text = _TODO_LEAD.sub("", text)
+    group = next((i for i, g in enumerate(m.groups(), 1) if g), None)
+    if group is None:
+        return None
+    raw = m.group(group)
+    text = raw.strip(" ，,。.：:")
+    start = m.start(group) + (len(raw) - len(raw.lstrip(" ，,。.：:")))
+    lead = _TODO_LEAD.match(text)
+    if lead is not None:
+        text, start = text[lead.end() :], start + lead.end()
+    waits = _prerequisite_matches(sentence)
+    text = _todo_action(text, start, waits)
     if len(normalize(text)) < 2:
         return None
     return TodoUnit(
@@ -358,7 +416,7 @@ def user_pending(sentence: str, seq: int) -> PendingUnit | None:
 
 
 def fact(sentence: str, seq: int) -> FactUnit | None:
-    if is_question(sentence) or not has_amount_or_date(sentence):
+    if is_question(sentence) or not has_amount_or_date(sentence) or is_social(sentence):
         return None
     return FactUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])
 
