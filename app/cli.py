@@ -96,18 +96,26 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     import httpx
+    from prometheus_client import start_http_server
 
     from app.db.engine import make_engine
     from app.jobs.handlers import build_embedder_from_settings, build_worker
+    from app.memories.service import check_stored_models
+    from app.observability.metrics import Metrics
 
     url = prepare_database(settings)
 
     async def run() -> None:
         engine = make_engine(url, pool_size=settings.worker_concurrency + 2)
         http = httpx.AsyncClient()
-        worker = build_worker(
-            settings, engine, http=http, embedder=build_embedder_from_settings(settings, http)
-        )
+        embedder = build_embedder_from_settings(settings, http)
+        if embedder is not None:
+            async with engine.connect() as conn:
+                await check_stored_models(conn, embedder)
+        metrics = Metrics()
+        if settings.worker_metrics_port is not None:
+            start_http_server(settings.worker_metrics_port, registry=metrics.registry)
+        worker = build_worker(settings, engine, http=http, metrics=metrics, embedder=embedder)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -120,6 +120,7 @@ def make_settings(db_url: str, **overrides: object) -> Settings:
         "job_backoff_base_s": 0.05,
         # A deterministic, instant embedder; tests of retrieval quality ask for "use".
         "embedder": "hash",
+        "index_delay_s": 0.0,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

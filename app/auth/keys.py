@@ -61,7 +61,9 @@ KEY_BY_ID = text("""
     SELECT id, tenant_id, scope, key_hash FROM api_keys WHERE id = :id AND revoked_at IS NULL
 """)
 
-ACTIVE_KEYS_EXIST = text("SELECT EXISTS (SELECT 1 FROM api_keys WHERE revoked_at IS NULL)")
+# keys_ever_created: auth is on for good once a key has existed. Revoking the last
+# key must lock the API, never reopen it to anyone.
+KEYS_EVER_CREATED = text("SELECT EXISTS (SELECT 1 FROM api_keys)")
 
 REVOKE = text("""
     UPDATE api_keys SET revoked_at = now() WHERE id = :id AND revoked_at IS NULL RETURNING id
@@ -96,7 +98,8 @@ async def authenticate(conn: AsyncConnection, key: str) -> Principal | None:
 
 
 async def keys_configured(conn: AsyncConnection) -> bool:
-    return bool((await conn.execute(ACTIVE_KEYS_EXIST)).scalar())
+    """Whether the API requires keys: yes once any key was ever created."""
+    return bool((await conn.execute(KEYS_EVER_CREATED)).scalar())
 
 
 async def revoke_key(conn: AsyncConnection, *, key_id: str) -> bool:

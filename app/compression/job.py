@@ -9,9 +9,10 @@ leaves nothing to redo.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +22,10 @@ from app.compression import repo
 from app.compression.diff import diff_summary
 from app.compression.extract.base import Extractor
 from app.compression.extract.fallback import extract_with_fallback
+from app.compression.extract.rules import extract_units
 from app.compression.merge import merge
 from app.compression.render import detect_language, render
-from app.compression.state import TurnView, dump_units
+from app.compression.state import TaskState, TurnView, Unit, dump_units
 from app.compression.triggers import TIER_FRACTIONS, select_turns, tier_for
 from app.core.config import Settings
 from app.core.tokens import count_tokens
@@ -36,6 +38,16 @@ log = logging.getLogger(__name__)
 # for memories and the recent raw turns.
 STATE_SHARE = 0.6
 MANUAL_TIER = len(TIER_FRACTIONS) + 1  # "compress now" takes all but the working window
+
+
+class OffLoopRuleExtractor:
+    """The rule extractor, run in a thread: in `mnemo serve` the worker shares the
+    event loop with the API, and a long extraction must not stall its requests."""
+
+    name = "rules"
+
+    async def extract(self, turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
+        return await asyncio.to_thread(extract_units, turns, state)
 
 
 @dataclass
@@ -83,17 +95,22 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
         language = snap.state.language or detect_language(
             v.content for *_, v in snap.live if v.role in ("user", "assistant", "system")
         )
-        state = merge(
-            snap.state,
-            result.units,
-            decay_factor=settings.decay_factor,
-            through_seq=chosen.turns[-1].seq,
-            language=language,
-            semantic_threshold=settings.semantic_threshold,
-        )
-        rendered = render(
-            state, language=language, max_tokens=int(settings.context_max_tokens * STATE_SHARE)
-        )
+
+        def merged_and_rendered() -> tuple[TaskState, str, str]:
+            state = merge(
+                snap.state,
+                result.units,
+                decay_factor=settings.decay_factor,
+                through_seq=chosen.turns[-1].seq,
+                language=language,
+                semantic_threshold=settings.semantic_threshold,
+            )
+            rendered = render(
+                state, language=language, max_tokens=int(settings.context_max_tokens * STATE_SHARE)
+            )
+            return state, rendered, diff_summary(snap.state, state, language)
+
+        state, rendered, change_summary = await asyncio.to_thread(merged_and_rendered)
         by_seq = {view.seq: (pk, ext, tokens) for pk, ext, tokens, view in snap.live}
         taken = [by_seq[v.seq] for v in chosen.turns]
         input_tokens = sum(tokens for _, _, tokens in taken)
@@ -111,7 +128,7 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
             "fallback_reason": result.fallback_reason,
             "units": dump_units(result.units),
             "rendered_state": rendered,
-            "change_summary": diff_summary(snap.state, state, language),
+            "change_summary": change_summary,
             "job_id": ctx.job.id,
         }
 

@@ -164,8 +164,18 @@ def _grouped(
     actions: Sequence[Action], lab: Mapping[str, str], detail: Detail, recent: int
 ) -> list[LedgerLine]:
     ordered = sorted(actions, key=lambda a: a.seq)
-    cut = len(ordered) - recent if detail == Detail.GROUPED else len(ordered)
-    older, newest = ordered[:cut], ordered[cut:]
+    newest: list[Action] = []
+    if detail == Detail.GROUPED:
+        # Repeated lookups (calls that produced no id) fold into their tool's group
+        # even when recent; the last call of each tool keeps its own line.
+        last_lookup = {a.tool: a for a in ordered if a.status == "done" and not refs(a)}
+        newest = [
+            a
+            for a in ordered[max(0, len(ordered) - recent) :]
+            if a.status != "done" or refs(a) or last_lookup[a.tool] is a
+        ]
+    kept = {id(a) for a in newest}
+    older = [a for a in ordered if id(a) not in kept]
     lines = [LedgerLine(full_line(a, lab), a.seq) for a in newest]
     by_tool: dict[str, list[Action]] = {}
     for action in older:

@@ -62,6 +62,12 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(default=5, ge=1)
     job_backoff_base_s: float = Field(default=2.0, gt=0)
     job_backoff_max_s: float = Field(default=300.0, gt=0)
+    worker_metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="`mnemo worker` serves /metrics on this port (unset: no metrics server).",
+    )
     worker_concurrency: int = Field(default=2, ge=1, le=64)
 
     # LLM extractor (OpenAI-compatible). Unset base URL: the rule extractor is used.
@@ -80,6 +86,12 @@ class Settings(BaseSettings):
     embedding_base_url: str | None = None
     embedding_api_key: str | None = None
     embedding_model: str = "text-embedding-3-small"
+    index_delay_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="Episode indexing waits this long after a post, so a burst of posts"
+        " to one session is indexed by one job.",
+    )
     memory_ttl_days: int = Field(default=90, ge=1, le=36500)
     memory_budget_tokens: int = Field(default=400, ge=0, le=100_000)
     memory_top_k: int = Field(default=3, ge=0, le=50)

@@ -162,8 +162,16 @@ jobs = Table(
     Column("finished_at", DateTime(timezone=True)),
     # Jobs not tied to a session (a user's embeddings) dedup on this key instead.
     Column("dedup_key", Text),
+    # Higher runs first: a compression must not wait behind a queue of embeddings.
+    Column("priority", Integer, nullable=False, server_default="0"),
     CheckConstraint("status IN ('queued', 'running', 'done', 'dead')", name="jobs_status_check"),
-    Index("jobs_runnable_idx", "run_after", "id", postgresql_where=text("status = 'queued'")),
+    Index(
+        "jobs_runnable_idx",
+        text("priority DESC"),
+        "run_after",
+        "id",
+        postgresql_where=text("status = 'queued'"),
+    ),
     Index("jobs_lease_idx", "locked_until", postgresql_where=text("status = 'running'")),
     # At most one waiting and one running job of a kind per session: the queue
     # dedups repeated triggers, and a session is never compressed twice at once.

@@ -167,6 +167,7 @@ async def ingest_turns(
     turns: Sequence[PreparedTurn],
     policy: TriggerPolicy,
     job_max_attempts: int,
+    index_delay_s: float = 0.0,
 ) -> TurnsOut:
     """Store ``turns`` in the caller's transaction and enqueue what they trigger."""
     row = await _lock_or_create(conn, tenant=tenant, session=session, user=user)
@@ -218,6 +219,7 @@ async def ingest_turns(
                 session_id=sid,
                 kind="index_session",
                 max_attempts=job_max_attempts,
+                delay_s=index_delay_s,
             )
         if trigger is not None:
             await queue.enqueue(

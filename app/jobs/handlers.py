@@ -9,8 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.compression.extract.llm import LLMExtractor
-from app.compression.extract.rules import RuleExtractor
-from app.compression.job import CompressionDeps, compress_handler
+from app.compression.job import CompressionDeps, OffLoopRuleExtractor, compress_handler
 from app.core.config import Settings
 from app.db.tables import EMBEDDING_DIM
 from app.jobs.worker import Handler, JobContext, Worker, metrics_on_job_event
@@ -71,7 +70,10 @@ def build_handlers(
             metrics.extractor_fallbacks.inc()
 
     compression = CompressionDeps(
-        settings=settings, fallback=RuleExtractor(), primary=primary, on_compressed=on_compressed
+        settings=settings,
+        fallback=OffLoopRuleExtractor(),
+        primary=primary,
+        on_compressed=on_compressed,
     )
     handlers: dict[str, Handler] = {
         "recount_tokens": recount_tokens,

@@ -24,6 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 CHANNEL = "mnemo_jobs"
 
+# Higher first. Compression shapes the very next context; promotion and indexing
+# only feed long-term memory and can wait.
+PRIORITIES = {"compress": 10, "promote": 5, "recount_tokens": 5}
+
 
 @dataclass(frozen=True)
 class Job:
@@ -40,9 +44,10 @@ class Job:
 # enqueue: add a job unless an equal one already waits (same kind for the same
 # session, or the same dedup key); the unique partial indexes decide.
 ENQUEUE = text("""
-    INSERT INTO jobs (tenant_id, session_id, kind, payload, max_attempts, run_after, dedup_key)
+    INSERT INTO jobs (tenant_id, session_id, kind, payload, max_attempts, run_after, dedup_key,
+                      priority)
     VALUES (:tenant_id, :session_id, :kind, CAST(:payload AS jsonb), :max_attempts,
-            now() + make_interval(secs => :delay_s), :dedup_key)
+            now() + make_interval(secs => :delay_s), :dedup_key, :priority)
     ON CONFLICT DO NOTHING
     RETURNING id
 """)
@@ -66,7 +71,7 @@ CLAIM = text("""
               SELECT 1 FROM jobs r
               WHERE r.session_id = j.session_id AND r.kind = j.kind AND r.id <> j.id
                 AND r.status = 'running' AND r.locked_until >= now())
-        ORDER BY j.run_after, j.id
+        ORDER BY j.priority DESC, j.run_after, j.id
         LIMIT 1
         FOR UPDATE SKIP LOCKED)
     RETURNING id, tenant_id, session_id, kind, payload, attempts, max_attempts, created_at
@@ -113,7 +118,11 @@ async def enqueue(
     delay_s: float = 0.0,
     dedup_key: str | None = None,
 ) -> int | None:
-    """Add a job in the caller's transaction; None when an equal job already waits."""
+    """Add a job in the caller's transaction; None when an equal job already waits.
+
+    Its priority comes from its kind (``PRIORITIES``): what the agent's next
+    context depends on runs before background indexing.
+    """
     row = (
         await conn.execute(
             ENQUEUE,
@@ -125,6 +134,7 @@ async def enqueue(
                 "max_attempts": max_attempts,
                 "delay_s": delay_s,
                 "dedup_key": dedup_key,
+                "priority": PRIORITIES.get(kind, 0),
             },
         )
     ).first()

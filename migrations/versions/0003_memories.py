@@ -35,6 +35,14 @@ def upgrade() -> None:
     op.add_column("sessions", sa.Column("last_user_seq", sa.Integer))
     op.add_column("sessions", sa.Column("last_user_embedding", Vector(DIM)))
     op.add_column("jobs", sa.Column("dedup_key", sa.Text))
+    op.add_column("jobs", sa.Column("priority", sa.Integer, nullable=False, server_default="0"))
+    op.drop_index("jobs_runnable_idx", table_name="jobs")
+    op.create_index(
+        "jobs_runnable_idx",
+        "jobs",
+        [sa.text("priority DESC"), "run_after", "id"],
+        postgresql_where=sa.text("status = 'queued'"),
+    )
     op.create_index(
         "jobs_one_queued_key_idx",
         "jobs",
@@ -106,6 +114,14 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("memories")
     op.drop_index("jobs_one_queued_key_idx", table_name="jobs")
+    op.drop_index("jobs_runnable_idx", table_name="jobs")
+    op.create_index(
+        "jobs_runnable_idx",
+        "jobs",
+        ["run_after", "id"],
+        postgresql_where=sa.text("status = 'queued'"),
+    )
+    op.drop_column("jobs", "priority")
     op.drop_column("jobs", "dedup_key")
     for column in ("last_user_embedding", "last_user_seq", "live_turns", "episode_seq"):
         op.drop_column("sessions", column)

@@ -97,3 +97,17 @@ async def test_keys_are_stored_hashed(engine: AsyncEngine) -> None:
     assert info.tenant_id == "acme" and info.scope == "admin" and info.revoked_at is None
     assert key not in repr(info)
     assert principal is not None and principal.tenant_id == "acme"
+
+
+async def test_revoking_the_last_key_locks_the_api_it_never_reopens(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    key = await make_key(engine, "acme", "admin")
+    guard = app_of(client).state.guard
+    guard.forget()
+    async with engine.begin() as conn:
+        assert await keys.revoke_key(conn, key_id=key.split("_")[1])
+    guard.forget()
+    assert (await post_turns(client, "s", [{"role": "user", "content": "x"}])).status_code == 401
+    assert (await client.delete("/v1/users/u")).status_code == 401
+    assert (await client.get("/v1/sessions/s", headers=bearer(key))).status_code == 401

@@ -69,6 +69,7 @@ async def post_turns(
             turns=turns,
             policy=policy_from_settings(settings),
             job_max_attempts=settings.job_max_attempts,
+            index_delay_s=settings.index_delay_s,
         )
     metrics.turns_ingested.inc(sum(not t.duplicate for t in out.turns))
     return out

@@ -263,7 +263,7 @@ IMPERATIVE = re.compile(
 
 # ------------------------------------------------------------------- preferences
 PREFERENCE = re.compile(
-    r"我(?:比较|更|最|还是)?(?:喜欢|偏好|偏爱|倾向于?|习惯|爱)|我不(?:太)?喜欢|我讨厌|偏好|最好(?:是|用)?"
+    r"我(?:比较|更|最|还是)?(?:喜欢|偏好|偏爱|倾向于?|习惯|爱)|我不(?:太)?喜欢|我讨厌|偏好|最好(?!的)(?:是|用)?"
     r"|(?:请|麻烦)?(?:用|使用)(?:中文|英文|英语|汉语)|靠窗|靠过道"
     r"|(?i:\bi (?:prefer|like|love|enjoy|favou?r|hate|dislike|don'?t like|do not like"
     r"|would rather|would prefer)\b|\bi'd (?:rather|prefer)\b|\bmy preference\b|\bpreferably\b"
@@ -428,6 +428,10 @@ HINT_PARAMETER = _hint(
     "改|换|调|设|定|变|提高|提升|降|升|增|减|加|恢复|必须是|应该是|应为|用|从|change|set|switch"
     "|update|increase|decrease|raise|lower|bump|reduce|move|adjust|reset|revert|extend|shorten"
     "|cap|limit|should|must be|needs to be|has to be|is now|are now|will be|use|instead|=|:|："
+)
+HINT_OFFER = _hint(
+    "let me know|happy to|glad to|feel free|hesitate|need anything|anything else|hope th|随时"
+    "|需要|希望|还有"
 )
 HINT_CHITCHAT = _hint(
     "weather|how are|how's it|how is it|how was your|what's up|whats up|joke|funny|the best"

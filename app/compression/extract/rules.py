@@ -217,7 +217,7 @@ def _goal_like(sentence: str, explained: bool) -> bool:
 def _assistant_units(turn: TurnView, sentences: list[str], ctx: Context) -> list[Unit]:
     units: list[Unit] = []
     for sentence in sentences:
-        if S.is_noise(sentence) or P.RHETORICAL.search(sentence) or P.OFFER.search(sentence):
+        if S.is_noise(sentence) or P.RHETORICAL.search(sentence) or S.is_offer(sentence):
             continue  # "Let me know if you'd like more options": nothing is awaited
         if S.is_question(sentence) or P.AWAITING.search(sentence):
             # "Which seat?" / "Do you have a preference?" are answered by any reply;

@@ -91,6 +91,11 @@ def is_social(sentence: str) -> bool:
     return P.SOCIAL.search(sentence) is not None
 
 
+def is_offer(sentence: str) -> bool:
+    """A generic offer or sign-off ("Let me know if you'd like more", "随时告诉我")."""
+    return _hinted(P.HINT_OFFER, sentence) and P.OFFER.search(sentence) is not None
+
+
 def is_question(sentence: str) -> bool:
     # Same as P.QUESTION_END, without scanning the sentence for an end anchor.
     text = sentence.rstrip()
@@ -281,15 +286,23 @@ def _bare_use_in_word(clause: str, m: re.Match[str]) -> bool:
 
 
 def superseded_constraints(unit: ParameterUnit, ctx: Context) -> list[RevocationUnit]:
-    """Retire earlier constraints that pin this parameter to a different value."""
+    """Retire earlier constraints that pin this parameter to a different value.
+
+    Only a pinned value is retired ("batch size 必须是 32", "optimizer must be
+    SGD"): a rule that bounds the parameter by something else ("退款金额不能超过
+    订单原价", "refund must not exceed the order total") still holds after it changes.
+    """
     name = normalize(_NAME_LEAD.sub("", unit.name))
     seq = max(unit.source_seqs)
     if len(name) < 2:
         return []
+    current = ctx.params.get(param_key(unit.name))
+    olds = {normalize(v) for v in (unit.previous, current[1] if current else None) if v}
     revoked = []
     for ref in ctx.constraints:
         body = normalize(ref.text)
-        if ref.seq < seq and name in body and normalize(unit.value) not in body:
+        pinned = _NUMBER.search(ref.text) is not None or any(o and o in body for o in olds)
+        if ref.seq < seq and pinned and name in body and normalize(unit.value) not in body:
             revoked.append(
                 RevocationUnit(
                     text=f"{unit.name} → {unit.value}", target=ref.key, source_seqs=[seq]
