@@ -167,6 +167,9 @@ def render(
     lab = LABELS[lang]
     title = lab["title"].format(n=state.last_seq)
     first = Detail.FULL if len(state.actions) <= FULL_LEDGER_CALLS else Detail.GROUPED
+    # Lines a coarser ledger would leave room for stay dropped: a detail level is
+    # only given up once everything less important than it is gone.
+    gone = -math.inf
     for detail in Detail:
         if detail < first:
             continue
@@ -175,8 +178,11 @@ def render(
             return ""
         if max_tokens is None:
             return _join(title, sections)
+        for section in sections:
+            section.lines = [line for line in section.lines if line.priority >= gone]
         if _fit(title, sections, max_tokens, count_tokens, below=_DROP_BELOW[detail]):
             break
+        gone = _DROP_BELOW[detail]
     return _join(title, sections)
 
 

@@ -27,6 +27,7 @@ from app.memories.service import age_label, hybrid_search
 
 LAST_USER_EMBEDDING = "SELECT last_user_embedding FROM sessions WHERE id = $1"
 
+PER_SESSION = 2
 HEADERS = {"en": "## Long-term memory", "zh": "## 长期记忆"}
 PINNED = {"en": "pinned", "zh": "置顶"}
 
@@ -70,9 +71,22 @@ async def memory_block(
             embedder=embedder if (vector is not None or request.explicit_query) else None,
             query_vector=vector,
         )
-    # Pinned high-stakes facts come first and always; then the best matches.
+    # Pinned high-stakes facts come first and always; then the best matches, at most
+    # PER_SESSION episodes of one past session so that a question spanning several
+    # sessions sees several.
     seen = {m.id for m in pinned}
-    ranked = pinned + [m for m in found if m.id not in seen][: request.top_k]
+    per_session: dict[str, int] = {}
+    best: list[MemoryRow] = []
+    for m in found:
+        origin = str(m.source.get("session_id")) if m.kind == "episode" else None
+        if m.id in seen or (origin and per_session.get(origin, 0) >= PER_SESSION):
+            continue
+        if origin:
+            per_session[origin] = per_session.get(origin, 0) + 1
+        best.append(m)
+        if len(best) == request.top_k:
+            break
+    ranked = pinned + best
     now = datetime.now(UTC)
     language = detect_language([query, *(m.text for m in ranked)])
     lines = [(m, _line(m, now, language)) for m in ranked]
@@ -87,7 +101,9 @@ async def memory_block(
 
 def _line(m: MemoryRow, now: datetime, language: str) -> str:
     tag = f", {PINNED[language]}" if m.pinned else ""
-    return f"- ({age_label(m.last_confirmed_at, now)}{tag}) {m.text}"
+    # An episode is dated by when it happened (its turns' time), a fact by its age.
+    when = str(m.source.get("from", ""))[:10] or age_label(m.last_confirmed_at, now)
+    return f"- ({when}{tag}) {m.text}"
 
 
 def _vector(raw: Any) -> list[float]:

@@ -110,7 +110,10 @@ def _turn_lines(turn: TurnLike, tool_chars: int) -> list[str]:
     content = " ".join((turn.content or "").split())
     if turn.role == "tool":
         return [f"tool: {_clip(content, tool_chars)}"] if content else []
-    lines = [f"{turn.role}: {content}"] if content else []
+    # Who said it, by name when the client gave one: "what did Ana say about …"
+    # is a common question, and the name is a term lexical search can match.
+    speaker = getattr(turn, "name", None) or (turn.metadata or {}).get("speaker") or turn.role
+    lines = [f"{speaker}: {content}"] if content else []
     lines.extend(_call_line(call, tool_chars) for call in turn.tool_calls or [])
     return lines
 

@@ -89,7 +89,7 @@ INDEX_HEAD = text("""
 
 # The turns not yet covered by a closed episode, oldest first.
 UNINDEXED_TURNS = text("""
-    SELECT seq, role, content, tool_calls, tool_call_id, name, metadata
+    SELECT seq, role, content, tool_calls, tool_call_id, name, metadata, created_at
     FROM turns WHERE session_id = :sid AND seq > :after ORDER BY seq
 """)
 
@@ -192,6 +192,13 @@ def index_session_handler(deps: MemoryDeps) -> Handler:
         await ctx.commit(apply)
 
     return handle
+
+
+def _time_range(turns: list[TurnView], seqs: list[int]) -> dict[str, str]:
+    """When the chunk's turns happened ("from"/"to", RFC 3339), for dating episodes."""
+    wanted = set(seqs)
+    times = sorted(t.created_at for t in turns if t.seq in wanted and t.created_at)
+    return {"from": times[0].isoformat(), "to": times[-1].isoformat()} if times else {}
 
 
 # ---------------------------------------------------------------- promote

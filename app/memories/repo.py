@@ -156,18 +156,31 @@ VECTOR_HNSW = text(f"""
     LIMIT :k
 """)
 
-# lexical: rows sharing terms with the query (GIN on terms), ranked by shared count.
+# lexical: the user's live rows sharing terms with the query, ranked by the sum of
+# the shared terms' idf over that user's memories (BM25's idf): a rare word such as
+# a name or an id outweighs many common ones, and a long row full of common words
+# does not win by length.
 LEXICAL = text(f"""
-    SELECT {MEMORY_COLUMNS},
-           cardinality(ARRAY(SELECT unnest(m.terms) INTERSECT
-                             SELECT unnest(CAST(:terms AS text[])))) AS score
-    FROM memories m
-    WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
-      AND m.terms && CAST(:terms AS text[])
-      AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
-      AND (m.expires_at IS NULL OR m.expires_at > now())
-    ORDER BY score DESC, m.last_confirmed_at DESC
-    LIMIT :k
+    WITH q AS (SELECT DISTINCT unnest(CAST(:terms AS text[])) AS term),
+    live AS MATERIALIZED (
+        SELECT m.id, m.terms FROM memories m
+        WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
+          AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
+          AND (m.expires_at IS NULL OR m.expires_at > now())),
+    total AS (SELECT count(*)::float AS n FROM live),
+    df AS (
+        SELECT q.term, count(*)::float AS n
+        FROM q JOIN live ON live.terms @> ARRAY[q.term]
+        GROUP BY q.term),
+    scored AS (
+        SELECT live.id, sum(ln(1 + ((SELECT n FROM total) - df.n + 0.5) / (df.n + 0.5))) AS score
+        FROM live JOIN df ON live.terms @> ARRAY[df.term]
+        GROUP BY live.id
+        ORDER BY score DESC, live.id
+        LIMIT :k)
+    SELECT {MEMORY_COLUMNS}, scored.score
+    FROM scored JOIN memories m ON m.id = scored.id
+    ORDER BY scored.score DESC, m.id
 """)
 
 PINNED_HIGH_STAKES = text(f"""

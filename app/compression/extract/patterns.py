@@ -431,7 +431,7 @@ HINT_PARAMETER = _hint(
 )
 HINT_OFFER = _hint(
     "let me know|happy to|glad to|feel free|hesitate|need anything|anything else|hope th|随时"
-    "|需要|希望|还有"
+    "|有需要|任何需要|如需|如果需要|希望对|希望能|还有什么|还有其他|还有别的|还需要什么|还需要其他"
 )
 HINT_CHITCHAT = _hint(
     "weather|how are|how's it|how is it|how was your|what's up|whats up|joke|funny|the best"

@@ -8,10 +8,13 @@ It walks the turns oldest first:
   of ``sentence.py``; the first substantive user request becomes the goal when
   there is none;
 * assistant speech only contributes what the assistant is *waiting for*
-  (questions, requests for approval), its stated next steps and blockers —
-  never its claims of what happened, which must come from tool results;
-* a user reply right after an assistant question resolves it ("好的", "yes, go
-  ahead"; any short answer to a which/what question);
+  (questions, requests for approval — not generic offers such as "let me know
+  if you'd like more" or "还有什么需要帮忙的吗"), its stated next steps and
+  blockers — never its claims of what happened, which must come from tool results;
+* a user reply right after an assistant question resolves it when it answers
+  it: a yes or no for a confirmation ("好的", "yes, go ahead"); for a which/what
+  question, one of the options it offered ("window or aisle?" → "Aisle,
+  please."), or a short reply that is not itself a new request;
 * a successful tool call whose name matches an open todo closes it.
 """
 

@@ -9,7 +9,8 @@ Order matters and is deliberate (first match wins where families compete):
 4. explicit goal changes;
 5. "X is done / X 完成了" closing a known todo;
 6. parameters, preferences, constraints, todos, blockers, decisions, pending;
-7. a sentence nothing explains but that carries an amount or a date → a fact.
+7. a sentence nothing explains but that carries an amount or a date → a fact,
+   unless it is small talk ("barbecue this Saturday, can't wait", "又是周一，好想放假").
 
 A parameter change also retires an earlier constraint on that parameter
 ("batch size must be 32" then "batch size 改成 64"), so the prompt never holds
@@ -351,9 +352,9 @@ def _prerequisite_matches(sentence: str) -> list[re.Match[str]]:
     return [m for m in P.PREREQUISITE.finditer(sentence) if any(m.groups())]
 
 
-def prerequisites(sentence: str) -> list[str]:
+def prerequisites(sentence: str, matches: list[re.Match[str]] | None = None) -> list[str]:
     found = []
-    for m in _prerequisite_matches(sentence):
+    for m in _prerequisite_matches(sentence) if matches is None else matches:
         text = next((g for g in m.groups() if g), "").strip(" ，,。.")
         if text:
             found.append(clip(text, 80))
@@ -400,7 +401,7 @@ def todo(sentence: str, seq: int, emph: bool) -> TodoUnit | None:
         return None
     return TodoUnit(
         text=clip(text, TEXT_CHARS),
-        missing_prerequisites=prerequisites(sentence),
+        missing_prerequisites=prerequisites(sentence, waits),
         source_seqs=[seq],
         emphasized=emph,
     )
