@@ -10,7 +10,7 @@ state fits its budget.
   tool on one line, each call reduced to the arguments that tell it apart and
   the ids its result produced::
 
-      Done book_flight ×3 (pax=1): flight=TP200 → pnr=UT87HV; flight=TP203 → pnr=8E4MCF
+      Done book_flight ×3 (pax=1; flight → pnr): TP200 → UT87HV; TP203 → 8E4MCF
       Done search_hotels ×7 (area=Shinjuku; max_price=180|250|300; last → results: 12 items)
 
 * ``COMPACT`` — every call grouped by tool, ids only; failures clipped.
@@ -134,6 +134,43 @@ def _value_sets(actions: Sequence[Action], keys: Sequence[str]) -> list[str]:
     return out
 
 
+def _split_ref(part: str) -> tuple[str, str]:
+    key, _, value = part.partition("=")
+    return key, value
+
+
+def _entries(
+    with_refs: Sequence[tuple[Action, list[str]]], varying: Sequence[str], detail: Detail
+) -> tuple[str | None, list[str]]:
+    """(column header, one entry per call): ``("flight → pnr", ["TP200 → UT87HV", …])``.
+
+    When every call has the same arguments and ids, the names go once in the
+    header; otherwise each entry names its own (``flight=TP200 → pnr=UT87HV``).
+    """
+    args = list(varying) if detail < Detail.COMPACT else []
+    shown = [found if detail < Detail.COMPACT else found[:1] for _, found in with_refs]
+    ref_keys = [[_split_ref(p)[0] for p in found] for found in shown]
+    same_shape = all(keys == ref_keys[0] for keys in ref_keys) and all(
+        k in action.arguments for action, _ in with_refs for k in args
+    )
+    if not same_shape:
+        entries = []
+        for (action, _), found in zip(with_refs, shown, strict=True):
+            pairs = _pairs(action.arguments, args)
+            ids = ", ".join(found)
+            entries.append(f"{pairs} → {ids}" if pairs else ids)
+        return None, entries
+    header = ", ".join(ref_keys[0])
+    if args:
+        header = f"{', '.join(args)} → {header}"
+    entries = []
+    for (action, _), found in zip(with_refs, shown, strict=True):
+        ids = ", ".join(_split_ref(p)[1] for p in found)
+        values = ", ".join(_fmt_value(action.arguments[k]) for k in args)
+        entries.append(f"{values} → {ids}" if values else ids)
+    return header, entries
+
+
 def group_line(tool: str, actions: Sequence[Action], lab: Mapping[str, str], detail: Detail) -> str:
     """Successful calls of one tool on one line, each told apart by its arguments and ids."""
     actions = sorted(actions, key=lambda a: a.seq)
@@ -143,11 +180,9 @@ def group_line(tool: str, actions: Sequence[Action], lab: Mapping[str, str], det
     without = [a for a in actions if not refs(a)]
     context = [_pairs(actions[0].arguments, common)] if common and detail < Detail.COMPACT else []
     if with_refs:
-        entries = []
-        for action, found in with_refs:
-            ids = ", ".join(found if detail < Detail.COMPACT else found[:1])
-            args = _pairs(action.arguments, varying) if detail < Detail.COMPACT else ""
-            entries.append(f"{args} → {ids}" if args else ids)
+        header, entries = _entries(with_refs, varying, detail)
+        if header:
+            context.append(header)
         if without and detail < Detail.COMPACT:
             entries.extend(_value_sets(without, varying))
         suffix = f" ({'; '.join(context)})" if context else ""

@@ -83,6 +83,10 @@ def upgrade() -> None:
         ),
         sa.CheckConstraint("NOT pinned OR expires_at IS NULL", name="memories_pinned_never_expire"),
     )
+    # Vectors inline in the row, not in TOAST: an exact scan of a user's rows would
+    # otherwise read ~6 extra buffers per row (pgvector's troubleshooting advice).
+    op.execute("ALTER TABLE memories ALTER COLUMN embedding SET STORAGE PLAIN")
+    op.execute("ALTER TABLE sessions ALTER COLUMN last_user_embedding SET STORAGE PLAIN")
     op.create_index(
         "memories_user_live_idx",
         "memories",

@@ -160,3 +160,70 @@ async def test_vectors_of_another_model_are_refused_until_reembedded(
     assert model == "hash-ngram-v1"
     async with app.router.lifespan_context(app):
         pass  # starts again
+
+
+async def test_heavy_users_search_through_hnsw_and_always_get_k(
+    client: httpx.AsyncClient, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past EXACT_SCAN_MAX a user is searched through HNSW, filtered inside the index
+    scan; with many other users' rows around, k results still come back, all theirs."""
+    import random
+
+    from app.memories import repo as memory_repo
+    from app.memories.embed import l2_normalize
+
+    monkeypatch.setattr(memory_repo, "EXACT_SCAN_MAX", 20)
+    rng = random.Random(7)
+    async with engine.begin() as conn:
+        users = [
+            await memory_repo.ensure_user(conn, tenant="default", user=f"u{i}") for i in range(30)
+        ]
+        for user_pk in users:
+            for j in range(40):
+                mid = await memory_repo.insert_memory(
+                    conn,
+                    tenant="default",
+                    user_pk=user_pk,
+                    kind="fact",
+                    text_=f"m{j}",
+                    text_key=f"{user_pk}-{j}",
+                    pinned=False,
+                    ttl_days=None,
+                    source={},
+                    metadata={},
+                    terms=[],
+                )
+                vector = l2_normalize([rng.gauss(0, 1) for _ in range(512)])
+                await memory_repo.set_embedding(
+                    conn, memory_id=mid, embedding=vector, model="hash-ngram-v1"
+                )
+    async with engine.connect() as conn:
+        for user_pk in users[:5]:
+            query = l2_normalize([rng.gauss(0, 1) for _ in range(512)])
+            found = await memory_repo.vector_search(
+                conn, user_pk=user_pk, query=query, model="hash-ngram-v1", k=10
+            )
+            exact = (
+                await conn.execute(
+                    memory_repo.VECTOR_EXACT,
+                    {
+                        "user_pk": user_pk,
+                        "q": memory_repo.vector_literal(query),
+                        "model": "hash-ngram-v1",
+                        "k": 10,
+                        "kind": None,
+                    },
+                )
+            ).all()
+            assert len(found) == 10
+            assert {m.id for m in found} == {r.id for r in exact}  # small: HNSW is exact here
+            ids = (
+                (
+                    await conn.execute(
+                        text("SELECT id FROM memories WHERE user_id = :u"), {"u": user_pk}
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            assert {m.id for m in found} <= set(ids)
