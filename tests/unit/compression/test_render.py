@@ -217,6 +217,20 @@ def test_custom_token_counter_is_used(state: TaskState) -> None:
         (["Book a hotel in 东京 for me please"], "en"),
         ([], "en"),
         ([None, ""], "en"),
+        # Tool output: JSON keys, ids, numbers and paths are neither language.
+        (
+            [
+                "帮我订一张去东京的机票。",
+                '{"flight_id": "TP204", "status": "confirmed", "depart_at": "2026-05-12T09:40",'
+                ' "arrive_at": "2026-05-13T06:10", "fare_total": 1180, "currency": "EUR",'
+                ' "baggage_allowance_kg": 23, "cabin_class": "economy", "carrier_code": "TP"}',
+                '{"results": [{"hotel_code": "H4001", "price_per_night": 180, "area": "新宿"}]}',
+                "已订好，编号 TP204。",
+            ],
+            "zh",
+        ),
+        (["把 batch_size 改成 64，learning_rate 设为 3e-4，输出到 /data/out/run_12"], "zh"),
+        (['{"message": "Booked, thanks", "pnr": "QX7T2L"}', "Book a hotel in Tokyo."], "en"),
     ],
 )
 def test_detect_language(texts: list[str | None], language: str) -> None:
