@@ -36,8 +36,23 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _worth_a_look(new: Sequence[tuple[int, PreparedTurn]]) -> bool:
-    return any(t.role in ("tool", "user") or t.tool_calls for _, t in new)
+def _involves_tools(new: Sequence[tuple[int, PreparedTurn]]) -> bool:
+    return any(t.role == "tool" or t.tool_calls for _, t in new)
+
+
+def _views(new: Sequence[tuple[int, PreparedTurn]]) -> list[TurnView]:
+    return [
+        TurnView(
+            seq=seq,
+            role=t.role,
+            content=t.content,
+            tool_calls=t.tool_calls,
+            tool_call_id=t.tool_call_id,
+            name=t.name,
+            emphasized=t.emphasized,
+        )
+        for seq, t in new
+    ]
 
 
 def policy_from_settings(settings: Settings) -> TriggerPolicy:
@@ -65,8 +80,12 @@ def policy_from_settings(settings: Settings) -> TriggerPolicy:
         new: Sequence[tuple[int, PreparedTurn]],
     ) -> str | None:
         static = decide(counters, (), None)
-        if static is not None or not _worth_a_look(new):
-            return None if static is None else static.reason
+        if static is not None:
+            return static.reason
+        if not _involves_tools(new):
+            # Chat alone can only be a milestone ("done!"): the new turns suffice.
+            found = decide(counters, _views(new), None)
+            return None if found is None else found.reason
         rows = (
             await conn.execute(RECENT_LIVE, {"sid": counters.session_pk, "k": RECENT_WINDOW})
         ).all()

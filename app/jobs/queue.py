@@ -43,16 +43,17 @@ class Job:
 
 # enqueue: add a job unless an equal one already waits (same kind for the same
 # session, or the same dedup key); the unique partial indexes decide.
+# The NOTIFY rides in the same statement, and only when a job was really added.
 ENQUEUE = text("""
-    INSERT INTO jobs (tenant_id, session_id, kind, payload, max_attempts, run_after, dedup_key,
-                      priority)
-    VALUES (:tenant_id, :session_id, :kind, CAST(:payload AS jsonb), :max_attempts,
-            now() + make_interval(secs => :delay_s), :dedup_key, :priority)
-    ON CONFLICT DO NOTHING
-    RETURNING id
+    WITH added AS (
+        INSERT INTO jobs (tenant_id, session_id, kind, payload, max_attempts, run_after,
+                          dedup_key, priority)
+        VALUES (:tenant_id, :session_id, :kind, CAST(:payload AS jsonb), :max_attempts,
+                now() + make_interval(secs => :delay_s), :dedup_key, :priority)
+        ON CONFLICT DO NOTHING
+        RETURNING id)
+    SELECT id, pg_notify(:channel, :kind) FROM added
 """)
-
-NOTIFY = text("SELECT pg_notify(:channel, :kind)")
 
 # claim: the oldest runnable job — queued and due, or running with an expired lease
 # (its worker died). A job whose session already has a live running job of the same
@@ -135,10 +136,10 @@ async def enqueue(
                 "delay_s": delay_s,
                 "dedup_key": dedup_key,
                 "priority": PRIORITIES.get(kind, 0),
+                "channel": CHANNEL,
             },
         )
     ).first()
-    await conn.execute(NOTIFY, {"channel": CHANNEL, "kind": kind})
     return None if row is None else int(row.id)
 
 
