@@ -78,6 +78,8 @@ async def memory_block(
     per_session: dict[str, int] = {}
     best: list[MemoryRow] = []
     for m in found:
+        if m.session_id == request.session_pk:
+            continue  # this session is already here: its state and its recent turns
         origin = str(m.source.get("session_id")) if m.kind == "episode" else None
         if m.id in seen or (origin and per_session.get(origin, 0) >= PER_SESSION):
             continue

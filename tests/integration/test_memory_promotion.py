@@ -193,3 +193,27 @@ async def test_episodes_keep_provenance_and_are_found_by_meaning(
     assert "tomatoes" in top["text"].lower()
     assert top["source"]["session_id"] == "g" and "D1:1" in top["source"]["dataset_ids"]
     assert top["source"]["seqs"][0] == 1
+
+
+async def test_a_sessions_own_episodes_are_not_in_its_context(
+    live: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    msgs = [
+        {"role": "user", "content": f"The garden plan, part {i}: tomatoes and basil."}
+        for i in range(6)
+    ]
+    await live.post("/v1/sessions/g/turns", json={"user_id": "eve", "messages": msgs})
+    await settle(live, engine)
+    assert (await live.get("/v1/users/eve/memories", params={"kind": "episode"})).json()["memories"]
+    ctx = (await live.get("/v1/sessions/g/context", params={"query": "garden tomatoes"})).json()
+    assert ctx["memory_ids"] == []  # nothing from its own past: that is the archive's job
+    await live.post(
+        "/v1/sessions/g2/turns",
+        json={
+            "user_id": "eve",
+            "messages": [{"role": "user", "content": "What did we plan for the garden?"}],
+        },
+    )
+    await settle(live, engine)
+    other = (await live.get("/v1/sessions/g2/context", params={"query": "garden plan"})).json()
+    assert other["memory_ids"]  # a later session does see it
