@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import NotFound
+from app.db.rows import json_value
 
 SUMMARY_COLUMNS = """
     e.id, e.created_at, e.trigger, e.tier, e.state_version, e.input_tokens, e.output_tokens,
@@ -55,10 +55,6 @@ def _summary(row: Any) -> dict[str, Any]:
     }
 
 
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
-
-
 async def list_events(
     conn: AsyncConnection, *, session_pk: int, limit: int, before: int | None
 ) -> list[dict[str, Any]]:
@@ -74,9 +70,9 @@ async def get_event(conn: AsyncConnection, *, session_pk: int, event_id: int) ->
         raise NotFound(f"event {event_id} not found in this session")
     return {
         **_summary(row),
-        "turn_ids": _json(row.turn_ids),
-        "turn_seqs": _json(row.turn_seqs),
-        "units": _json(row.units),
+        "turn_ids": json_value(row.turn_ids),
+        "turn_seqs": json_value(row.turn_seqs),
+        "units": json_value(row.units),
         "rendered_state": row.rendered_state,
     }
 

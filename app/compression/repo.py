@@ -10,6 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compression.state import TaskState, TurnView
+from app.db.rows import json_value, turn_view
 
 
 @dataclass(frozen=True)
@@ -91,31 +92,17 @@ BUMP_SESSION = text("""
 """)
 
 
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
-
-
 async def snapshot(conn: AsyncConnection, *, session_pk: int) -> Snapshot | None:
     head = (await conn.execute(SNAPSHOT_HEAD, {"sid": session_pk})).first()
     if head is None:
         return None
-    raw_state = _json(head.state) if head.state is not None else {}
+    raw_state = json_value(head.state) if head.state is not None else {}
     live = [
         (
             r.id,
             r.external_id,
             r.tokens,
-            TurnView(
-                seq=r.seq,
-                role=r.role,
-                content=r.content,
-                tool_calls=_json(r.tool_calls),
-                tool_call_id=r.tool_call_id,
-                name=r.name,
-                emphasized=r.emphasized,
-                created_at=r.created_at,
-                metadata=_json(r.metadata) or {},
-            ),
+            turn_view(r),
         )
         for r in await conn.execute(LIVE_TURNS, {"sid": session_pk})
     ]

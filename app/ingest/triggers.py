@@ -8,9 +8,7 @@ tool call (to see whether it repeats one already done).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -18,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.compression.state import TaskState, TurnView
 from app.compression.triggers import Trigger, decide_trigger
 from app.core.config import Settings
+from app.db.rows import json_value, turn_view
 from app.ingest.service import PreparedTurn, SessionCounters, TriggerPolicy
 
 RECENT_WINDOW = 12
@@ -30,10 +29,6 @@ RECENT_LIVE = text("""
 """)
 
 STATE = text("SELECT state FROM task_states WHERE session_id = :sid")
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def _involves_tools(new: Sequence[tuple[int, PreparedTurn]]) -> bool:
@@ -89,22 +84,11 @@ def policy_from_settings(settings: Settings) -> TriggerPolicy:
         rows = (
             await conn.execute(RECENT_LIVE, {"sid": counters.session_pk, "k": RECENT_WINDOW})
         ).all()
-        recent = [
-            TurnView(
-                seq=r.seq,
-                role=r.role,
-                content=r.content,
-                tool_calls=_json(r.tool_calls),
-                tool_call_id=r.tool_call_id,
-                name=r.name,
-                emphasized=r.emphasized,
-            )
-            for r in reversed(rows)
-        ]
+        recent = [turn_view(r) for r in reversed(rows)]
         state = None
         if any(t.tool_calls for _, t in new):
             raw = (await conn.execute(STATE, {"sid": counters.session_pk})).scalar()
-            state = TaskState.model_validate(_json(raw)) if raw else None
+            state = TaskState.model_validate(json_value(raw)) if raw else None
         found = decide(counters, recent, state)
         return None if found is None else found.reason
 

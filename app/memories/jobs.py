@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.compression.state import TaskState, TurnView
 from app.core.config import Settings
+from app.db.rows import json_value, turn_view
 from app.jobs.worker import Handler, JobContext
 from app.memories import repo
 from app.memories.chunk import chunk_turns
@@ -42,10 +43,6 @@ SIMILAR_EXISTING = 8
 class MemoryDeps:
     settings: Settings
     embedder: Embedder
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def parse_vector(value: Any) -> list[float]:
@@ -129,18 +126,7 @@ def index_session_handler(deps: MemoryDeps) -> Handler:
             ).all()
         if not rows:
             return
-        turns = [
-            TurnView(
-                seq=r.seq,
-                role=r.role,
-                content=r.content,
-                tool_calls=_json(r.tool_calls),
-                tool_call_id=r.tool_call_id,
-                name=r.name,
-                metadata=_json(r.metadata) or {},
-            )
-            for r in rows
-        ]
+        turns = [turn_view(r) for r in rows]
         chunks = chunk_turns(turns)
         users = [t for t in turns if t.role == "user" and t.content]
         newest_user = users[-1] if users and users[-1].seq != head.last_user_seq else None
@@ -227,7 +213,7 @@ def promote_handler(deps: MemoryDeps) -> Handler:
             head = (await conn.execute(PROMOTE_HEAD, {"sid": ctx.job.session_id})).first()
         if head is None:
             return
-        candidates = select_candidates(TaskState.model_validate(_json(head.state)))
+        candidates = select_candidates(TaskState.model_validate(json_value(head.state)))
         if not candidates:
             return
         model = deps.embedder.model_id

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.schemas import SessionOut, StateOut, TurnOut, TurnsPage
 from app.core.errors import NotFound
+from app.db.rows import json_value
 
 # session_summary: the session with its counters, state version and pending jobs.
 SESSION_SUMMARY = text("""
@@ -47,10 +45,6 @@ DELETE_SESSION = text("""
 """)
 
 
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
-
-
 async def session_pk(conn: AsyncConnection, *, tenant: str, session: str) -> int:
     pk = (await conn.execute(SESSION_PK, {"tenant": tenant, "session": session})).scalar()
     if pk is None:
@@ -82,7 +76,7 @@ async def get_state(conn: AsyncConnection, *, tenant: str, session: str) -> Stat
         return StateOut(version=0, state={}, updated_at=None, rendered="")
     return StateOut(
         version=row.version,
-        state=_json(row.state),
+        state=json_value(row.state),
         updated_at=row.updated_at,
         rendered=row.rendered,
     )
@@ -104,11 +98,11 @@ async def list_turns(
             role=r.role,
             content=r.content,
             name=r.name,
-            tool_calls=_json(r.tool_calls),
+            tool_calls=json_value(r.tool_calls),
             tool_call_id=r.tool_call_id,
             tokens=r.tokens,
             emphasized=r.emphasized,
-            metadata=_json(r.metadata),
+            metadata=json_value(r.metadata),
             created_at=r.created_at,
             compacted=r.compacted,
         )
