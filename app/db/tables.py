@@ -65,6 +65,9 @@ sessions = Table(
     # Turns not yet compacted; kept here so ingest need not count them.
     Column("live_turns", Integer, nullable=False, server_default="0"),
     Column("last_user_seq", Integer),
+    # Promotion has looked at the state's evidence up to this seq: an item is promoted
+    # (or confirmed) again only when a later turn restates it.
+    Column("promoted_seq", Integer, nullable=False, server_default="0"),
     Column("last_user_embedding", Vector(EMBEDDING_DIM)),
     UniqueConstraint("tenant_id", "external_id", name="sessions_tenant_external_key"),
     Index("sessions_user_idx", "user_id"),

@@ -190,9 +190,13 @@ def _time_range(turns: list[TurnView], seqs: list[int]) -> dict[str, str]:
 # ---------------------------------------------------------------- promote
 
 PROMOTE_HEAD = text("""
-    SELECT s.tenant_id, s.external_id, s.user_id, ts.state
+    SELECT s.tenant_id, s.external_id, s.user_id, s.promoted_seq, ts.state
     FROM sessions s JOIN task_states ts ON ts.session_id = s.id
     WHERE s.id = :sid
+""")
+
+SET_PROMOTED = text("""
+    UPDATE sessions SET promoted_seq = greatest(promoted_seq, :seq) WHERE id = :sid
 """)
 
 # similar_existing: a user's live curated memories nearest to a vector, with theirs.
@@ -213,8 +217,19 @@ def promote_handler(deps: MemoryDeps) -> Handler:
             head = (await conn.execute(PROMOTE_HEAD, {"sid": ctx.job.session_id})).first()
         if head is None:
             return
-        candidates = select_candidates(TaskState.model_validate(json_value(head.state)))
+        state = TaskState.model_validate(json_value(head.state))
+        # Only what has new evidence since the last promotion: a compression re-renders
+        # the whole state, and re-promoting it would "confirm" facts nobody restated.
+        candidates = [
+            c for c in select_candidates(state) if max(c.source_seqs, default=0) > head.promoted_seq
+        ]
+        through = max(state.last_seq, head.promoted_seq)
         if not candidates:
+
+            async def mark(conn: AsyncConnection) -> None:
+                await conn.execute(SET_PROMOTED, {"sid": ctx.job.session_id, "seq": through})
+
+            await ctx.commit(mark)
             return
         model = deps.embedder.model_id
         vectors = dict(
@@ -280,6 +295,7 @@ def promote_handler(deps: MemoryDeps) -> Handler:
                     )
                 else:
                     assert isinstance(decision, Insert)
+            await conn.execute(SET_PROMOTED, {"sid": ctx.job.session_id, "seq": through})
 
         await ctx.commit(apply)
 

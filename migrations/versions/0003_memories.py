@@ -33,6 +33,9 @@ def upgrade() -> None:
         " (SELECT count(*) FROM turns t WHERE t.session_id = s.id AND NOT t.compacted)"
     )
     op.add_column("sessions", sa.Column("last_user_seq", sa.Integer))
+    op.add_column(
+        "sessions", sa.Column("promoted_seq", sa.Integer, nullable=False, server_default="0")
+    )
     op.add_column("sessions", sa.Column("last_user_embedding", Vector(DIM)))
     op.add_column("jobs", sa.Column("dedup_key", sa.Text))
     op.add_column("jobs", sa.Column("priority", sa.Integer, nullable=False, server_default="0"))
@@ -127,5 +130,11 @@ def downgrade() -> None:
     )
     op.drop_column("jobs", "priority")
     op.drop_column("jobs", "dedup_key")
-    for column in ("last_user_embedding", "last_user_seq", "live_turns", "episode_seq"):
+    for column in (
+        "last_user_embedding",
+        "promoted_seq",
+        "last_user_seq",
+        "live_turns",
+        "episode_seq",
+    ):
         op.drop_column("sessions", column)

@@ -217,3 +217,29 @@ async def test_a_sessions_own_episodes_are_not_in_its_context(
     await settle(live, engine)
     other = (await live.get("/v1/sessions/g2/context", params={"query": "garden plan"})).json()
     assert other["memory_ids"]  # a later session does see it
+
+
+async def test_recompressing_a_session_does_not_reconfirm_what_nobody_restated(
+    live: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    await session(live, engine, "r1", "fay", ["I'm allergic to shellfish."])
+    filler = [
+        {"role": "user", "content": f"Next step {i}: check the logs.", "id": f"x{i}"}
+        for i in range(8)
+    ]
+    await live.post("/v1/sessions/r1/turns", json={"user_id": "fay", "messages": filler})
+    r = await live.post("/v1/sessions/r1/compact", params={"wait": "true"})
+    assert r.json()["status"] == "compressed"
+    await settle(live, engine)
+    [memory] = [m for m in await memories(live, "fay") if "shellfish" in m["text"]]
+    assert memory["times_confirmed"] == 1
+
+    again = [
+        {"role": "user", "content": "Remember, I'm allergic to shellfish.", "id": "y1"},
+        *[{"role": "user", "content": f"more {i}", "id": f"y{i + 2}"} for i in range(4)],
+    ]
+    await live.post("/v1/sessions/r1/turns", json={"user_id": "fay", "messages": again})
+    await live.post("/v1/sessions/r1/compact", params={"wait": "true"})
+    await settle(live, engine)
+    shellfish = [m for m in await memories(live, "fay") if "shellfish" in m["text"]]
+    assert len(shellfish) == 1 and shellfish[0]["times_confirmed"] == 2
