@@ -80,8 +80,10 @@ async def test_trigger_enqueues_one_compression_in_the_ingest_transaction(
 
 
 async def test_failing_job_is_retried_with_backoff_then_dead(
-    client: httpx.AsyncClient, engine: AsyncEngine, settings: Settings
+    client: httpx.AsyncClient, engine: AsyncEngine, db_url: str
 ) -> None:
+    # Backoff 0.5 s, then 1 s: wide enough margins for a loaded machine.
+    settings = make_settings(db_url, job_backoff_base_s=0.5)
     sid = await new_session(client, engine)
     calls = 0
 
@@ -98,8 +100,8 @@ async def test_failing_job_is_retried_with_backoff_then_dead(
     assert "RuntimeError: boom" in job["last_error"]
     assert job["run_after"] > job["updated_at"]  # not due before the backoff
     assert await w.run_once() is None  # backoff not yet elapsed
-    for _ in range(2):
-        await asyncio.sleep(0.25)
+    for delay in (0.5, 1.0):
+        await asyncio.sleep(delay + 0.1)
         assert await w.run_once() is not None
     [job] = await job_rows(engine)
     assert job["status"] == "dead" and job["attempts"] == 3 and calls == 3
@@ -121,7 +123,7 @@ async def test_stalled_job_is_reclaimed_and_applied_once(
     client: httpx.AsyncClient, engine: AsyncEngine, db_url: str
 ) -> None:
     sid = await new_session(client, engine)
-    settings = make_settings(db_url, job_lease_s=0.3)
+    settings = make_settings(db_url, job_lease_s=1.0)
     release = asyncio.Event()
 
     async def apply_marker(conn: AsyncConnection) -> None:
@@ -142,9 +144,12 @@ async def test_stalled_job_is_reclaimed_and_applied_once(
     # Heartbeats would keep the lease alive; a hung event loop would not. Simulate that.
     stuck._heartbeat = _no_heartbeat  # type: ignore[method-assign]
     stuck_task = asyncio.create_task(stuck.run_once())
-    await asyncio.sleep(0.1)
+    for _ in range(200):  # until the stuck worker holds the job (however slow the machine)
+        if [j for j in await job_rows(engine) if j["locked_by"] == "stuck"]:
+            break
+        await asyncio.sleep(0.02)
     assert await rescuer.run_once() is None  # lease still valid: nobody else takes it
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(1.2)
     assert (await rescuer.run_once()) is not None  # lease expired: re-claimed
     release.set()
     await stuck_task  # its commit finds the job no longer its own and rolls back
