@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from pathlib import Path
 
 import httpx
@@ -82,8 +83,9 @@ def test_killed_mid_batch_loses_no_accepted_turn_and_duplicates_none(data_dir: P
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(post_all, server.url, batches[i::4]) for i in range(4)]
         # Kill once some, but not all, posts were accepted.
-        while len(accepted) < 100:
-            pass
+        deadline = time.monotonic() + 60
+        while len(accepted) < 100 and time.monotonic() < deadline:
+            time.sleep(0.005)
         server.kill()
         for f in futures:
             f.result()
