@@ -15,8 +15,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.compression.state import TaskState, TurnView
+from app.compression.triggers import topic_drift
 from app.core.config import Settings
 from app.db.rows import json_value, turn_view
+from app.jobs import queue
 from app.jobs.worker import Handler, JobContext
 from app.memories import repo
 from app.memories.chunk import chunk_turns
@@ -80,9 +82,17 @@ def embed_memories_handler(deps: MemoryDeps) -> Handler:
 # ---------------------------------------------------------------- index_session
 
 INDEX_HEAD = text("""
-    SELECT s.id, s.tenant_id, s.external_id, s.user_id, s.episode_seq, s.last_user_seq
-    FROM sessions s WHERE s.id = :sid
+    SELECT s.id, s.tenant_id, s.external_id, s.user_id, s.episode_seq, s.last_user_seq,
+           s.live_turns, s.turn_count, ts.state -> 'goal' ->> 'text' AS goal
+    FROM sessions s LEFT JOIN task_states ts ON ts.session_id = s.id
+    WHERE s.id = :sid
 """)
+
+# Below this cosine (USE) between the session's goal and the newest user request, the
+# talk has moved elsewhere. Measured: terse on-topic follow-ups to a goal score
+# 0.15–0.25 ("Use the reviews from 2024 only."), an unrelated request 0.07. A false
+# alarm costs one early compression, never information.
+DRIFT_THRESHOLD = 0.1
 
 # The turns not yet covered by a closed episode, oldest first.
 UNINDEXED_TURNS = text("""
@@ -131,7 +141,27 @@ def index_session_handler(deps: MemoryDeps) -> Handler:
         users = [t for t in turns if t.role == "user" and t.content]
         newest_user = users[-1] if users and users[-1].seq != head.last_user_seq else None
         texts = [c.text for c in chunks] + ([newest_user.content or ""] if newest_user else [])
-        vectors = await deps.embedder.embed(texts) if texts else []
+        settings = deps.settings
+        # Topic drift is decided here, where the newest user turn gets embedded anyway
+        # (never on the ingest path): far from the goal, the old task state is compressed.
+        watch_drift = bool(
+            newest_user
+            and head.goal
+            and head.turn_count >= settings.min_turns_before_compression
+            and head.live_turns > settings.working_window_turns
+        )
+        to_embed = texts + ([head.goal] if watch_drift else [])
+        vectors = await deps.embedder.embed(to_embed) if to_embed else []
+        drift = None
+        if watch_drift and newest_user is not None:
+            goal_vector = vectors.pop()
+            state = TaskState.model_validate({"goal": {"key": "goal", "text": head.goal}})
+            drift = topic_drift(
+                [newest_user],
+                state,
+                vector_similarity({head.goal: goal_vector, newest_user.content or "": vectors[-1]}),
+                DRIFT_THRESHOLD,
+            )
         ttl = deps.settings.memory_ttl_days
         # Every chunk but the last is closed; the last may still grow with the session.
         closed_through = chunks[-2].seqs[-1] if len(chunks) >= 2 else head.episode_seq
@@ -162,6 +192,15 @@ def index_session_handler(deps: MemoryDeps) -> Handler:
                         "model": deps.embedder.model_id,
                         "dim": len(vector),
                     },
+                )
+            if drift is not None:
+                await queue.enqueue(
+                    conn,
+                    tenant_id=head.tenant_id,
+                    session_id=sid,
+                    kind="compress",
+                    payload={"trigger": "topic_drift", "detail": drift},
+                    max_attempts=settings.job_max_attempts,
                 )
             await conn.execute(
                 SET_SESSION_INDEX,

@@ -243,3 +243,47 @@ async def test_recompressing_a_session_does_not_reconfirm_what_nobody_restated(
     await settle(live, engine)
     shellfish = [m for m in await memories(live, "fay") if "shellfish" in m["text"]]
     assert len(shellfish) == 1 and shellfish[0]["times_confirmed"] == 2
+
+
+async def test_topic_drift_away_from_the_goal_triggers_a_compression(
+    live: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    work = [
+        "Help me train a sentiment classifier on the product reviews dataset.",
+        "Use the reviews from 2024 only.",
+        "Split the reviews into train and validation sets.",
+        "Tokenize the review text with the BERT tokenizer.",
+        "Train for three epochs with a small learning rate.",
+    ]
+    await session(live, engine, "t", "gil", work)
+    before = (await live.get("/v1/sessions/t/events")).json()["events"]
+    assert all(e["trigger"] != "topic_drift" for e in before)
+
+    await live.post(
+        "/v1/sessions/t/turns",
+        json={
+            "user_id": "gil",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": "Also, the classifier should report precision per class.",
+                }
+            ],
+        },
+    )
+    await settle(live, engine)
+    related = (await live.get("/v1/sessions/t/events")).json()["events"]
+    assert all(e["trigger"] != "topic_drift" for e in related)  # still on topic
+
+    await live.post(
+        "/v1/sessions/t/turns",
+        json={
+            "user_id": "gil",
+            "messages": [
+                {"role": "user", "content": "What is a good recipe for banana bread with walnuts?"}
+            ],
+        },
+    )
+    await settle(live, engine)
+    events = (await live.get("/v1/sessions/t/events")).json()["events"]
+    assert events[0]["trigger"] == "topic_drift"
