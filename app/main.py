@@ -19,6 +19,7 @@ from app.core.config import Settings
 from app.core.tokens import encoding
 from app.db.engine import make_engine
 from app.db.migrate import head_revision
+from app.ingest.triggers import policy_from_settings
 from app.jobs.handlers import build_embedder_from_settings, build_worker
 from app.memories.service import check_stored_models
 from app.observability.metrics import Metrics
@@ -85,6 +86,7 @@ def create_app(
     metrics = Metrics()
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.trigger_policy = policy_from_settings(settings)  # built once, not per post
     app.state.head_revision = head_revision()
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)

@@ -28,7 +28,6 @@ from app.api.schemas import (
 from app.context.service import MemoryOptions, build_context
 from app.core.tokens import count_message_tokens
 from app.ingest import service as ingest
-from app.ingest.triggers import policy_from_settings
 from app.ingest.validate import Limits, check_messages
 from app.sessions import repo
 
@@ -45,6 +44,7 @@ THREAD_COUNT_THRESHOLD = 32
 @router.post("/{session_id}/turns", status_code=201, response_model=TurnsOut)
 async def post_turns(
     session_id: SessionIdPath,
+    request: Request,
     body: TurnsIn,
     settings: SettingsDep,
     metrics: MetricsDep,
@@ -67,7 +67,7 @@ async def post_turns(
             session=session_id,
             user=body.user_id,
             turns=turns,
-            policy=policy_from_settings(settings),
+            policy=request.app.state.trigger_policy,
             job_max_attempts=settings.job_max_attempts,
             index_delay_s=settings.index_delay_s,
         )
