@@ -173,27 +173,34 @@ HNSW_SETTINGS = text("""
 
 SEQSCAN_BACK_ON = text("SELECT set_config('enable_seqscan', 'on', true)")
 
-# lexical: the user's live rows sharing terms with the query, ranked by the sum of
+# lexical: the user's live rows sharing terms with the query (found through the GIN
+# index, never by reading every row of the user), ranked by the sum of
 # the shared terms' idf over that user's memories (BM25's idf): a rare word such as
 # a name or an id outweighs many common ones, and a long row full of common words
 # does not win by length.
 LEXICAL = text(f"""
     WITH q AS (SELECT DISTINCT unnest(CAST(:terms AS text[])) AS term),
-    live AS MATERIALIZED (
+    hits AS MATERIALIZED (
         SELECT m.id, m.terms FROM memories m
+        WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
+          AND m.terms && CAST(:terms AS text[])
+          AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
+          AND (m.expires_at IS NULL OR m.expires_at > now())),
+    total AS (
+        SELECT count(*)::float AS n FROM memories m
         WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
           AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
           AND (m.expires_at IS NULL OR m.expires_at > now())),
-    total AS (SELECT count(*)::float AS n FROM live),
+    -- A row holding a query term is a hit, so counting over the hits is the exact df.
     df AS (
         SELECT q.term, count(*)::float AS n
-        FROM q JOIN live ON live.terms @> ARRAY[q.term]
+        FROM q JOIN hits ON hits.terms @> ARRAY[q.term]
         GROUP BY q.term),
     scored AS (
-        SELECT live.id, sum(ln(1 + ((SELECT n FROM total) - df.n + 0.5) / (df.n + 0.5))) AS score
-        FROM live JOIN df ON live.terms @> ARRAY[df.term]
-        GROUP BY live.id
-        ORDER BY score DESC, live.id
+        SELECT hits.id, sum(ln(1 + ((SELECT n FROM total) - df.n + 0.5) / (df.n + 0.5))) AS score
+        FROM hits JOIN df ON hits.terms @> ARRAY[df.term]
+        GROUP BY hits.id
+        ORDER BY score DESC, hits.id
         LIMIT :k)
     SELECT {MEMORY_COLUMNS}, scored.score
     FROM scored JOIN memories m ON m.id = scored.id
