@@ -14,9 +14,12 @@
 # only (one container, data lost with it unless /var/lib/mnemo is a volume).
 #
 # The image binds 0.0.0.0, and `mnemo serve` refuses a non-loopback address while the
-# database holds no API key: create one first with
-#   docker run --rm -e MNEMO_DATABASE_URL=… mnemo mnemo keys create --tenant NAME
-# (MNEMO_INSECURE_ALLOW_NO_KEYS=true overrides that, unsafely).
+# database holds no API key. First run: give it an admin key to install,
+#   KEY=$(docker run --rm mnemo mnemo keys generate)       # prints a key, stores nothing
+#   docker run -p 127.0.0.1:8000:8000 -e MNEMO_BOOTSTRAP_KEY="$KEY" mnemo
+# (or MNEMO_BOOTSTRAP_KEY_FILE=/run/secrets/…). It is installed, as tenant
+# MNEMO_BOOTSTRAP_TENANT (default `default`), only while the database never had a key.
+# MNEMO_INSECURE_ALLOW_NO_KEYS=true starts without keys, unsafely.
 #
 # The same image runs `mnemo worker` (set MNEMO_EMBEDDED_WORKER=false on the API then).
 
@@ -34,12 +37,13 @@ ENV PATH=/opt/venv/bin:$PATH
 
 WORKDIR /build
 # Only what the wheel is built from: the package (with its tokenizer table in
-# app/data) and the metadata. migrations/ is not part of the package.
+# app/data and its migrations in app/migrations) and the metadata.
 COPY pyproject.toml README.md ./
 COPY app ./app
 RUN pip install --upgrade pip setuptools wheel \
  && pip install . \
- && cd / && python -c "import app.core.tokens as t; assert t.count_tokens('hello world') == 2"
+ && cd / && python -c "import app.core.tokens as t; assert t.count_tokens('hello world') == 2" \
+ && python -c "from app.db.migrate import head_revision; assert head_revision()"
 
 # ---------------------------------------------------------------- runtime
 FROM python:${PYTHON_VERSION}-slim AS runtime
@@ -57,11 +61,8 @@ RUN groupadd --system --gid 10001 mnemo \
 
 COPY --from=builder /opt/venv /opt/venv
 
-# The installed package looks for migrations/ beside app/ (a source checkout) and
-# otherwise in the working directory (app/db/migrate.py): they live here.
+# Migrations ship inside the package (app/migrations): nothing else to copy.
 WORKDIR /srv/mnemo
-COPY alembic.ini ./
-COPY migrations ./migrations
 
 USER mnemo:mnemo
 EXPOSE 8000

@@ -43,9 +43,39 @@ async def _migrate(url: str) -> None:
 
 
 def cmd_migrate(settings: Settings, _: argparse.Namespace) -> int:
-    asyncio.run(_migrate(resolve_database_url(settings)))
+    url = resolve_database_url(settings)
+    asyncio.run(_migrate(url))
     print("migrations applied", file=sys.stderr)
+    asyncio.run(_bootstrap_key(url, settings))
+    if not asyncio.run(_keys_exist(url)):
+        print(
+            "no API key exists yet: `mnemo serve` answers on loopback only. For a server,"
+            " set MNEMO_BOOTSTRAP_KEY (from `mnemo keys generate`) or run"
+            " `mnemo keys create --tenant NAME --scope admin`",
+            file=sys.stderr,
+        )
     return 0
+
+
+async def _bootstrap_key(url: str, settings: Settings) -> None:
+    """Install MNEMO_BOOTSTRAP_KEY(_FILE) if the database never had a key (first run)."""
+    key = settings.initial_key()
+    if key is None:
+        return
+    from app.auth.keys import bootstrap_key
+    from app.db.engine import make_engine
+
+    engine = make_engine(url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            added = await bootstrap_key(conn, key=key, tenant=settings.bootstrap_tenant)
+    finally:
+        await engine.dispose()
+    if added:
+        print(
+            f"bootstrap admin key installed for tenant {settings.bootstrap_tenant!r}",
+            file=sys.stderr,
+        )
 
 
 async def _keys_exist(url: str) -> bool:
@@ -70,6 +100,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         update={k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
     )
     url = prepare_database(settings)
+    asyncio.run(_bootstrap_key(url, settings))
     if (
         not is_loopback(settings.host)
         and not settings.insecure_allow_no_keys
@@ -78,6 +109,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         print(
             f"refusing to serve on {settings.host} with no API keys: anyone on the network"
             " could read every session.\nCreate one first:  mnemo keys create --tenant NAME"
+            "\n(or set MNEMO_BOOTSTRAP_KEY to the output of `mnemo keys generate`)"
             "\n(or bind 127.0.0.1; MNEMO_INSECURE_ALLOW_NO_KEYS=true overrides, unsafely)",
             file=sys.stderr,
         )
@@ -138,6 +170,9 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     from app.auth import keys
     from app.db.engine import make_engine
 
+    if args.keys_command == "generate":  # no database: the operator installs it later
+        print(keys.new_key()[1])
+        return 0
     url = prepare_database(settings)
 
     async def run() -> int:
@@ -219,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     revoke = keys_sub.add_parser("revoke", help="revoke a key by its id (mk_<id>_…)")
     revoke.add_argument("key_id")
     keys_sub.add_parser("list", help="list keys (ids, tenants, scopes; never secrets)")
+    keys_sub.add_parser(
+        "generate", help="print a new key without storing it (for MNEMO_BOOTSTRAP_KEY)"
+    )
     args = parser.parse_args(argv)
     settings = Settings()
     configure_logging(settings.log_level, json_logs=settings.log_json)

@@ -69,6 +69,16 @@ REVOKE = text("""
     UPDATE api_keys SET revoked_at = now() WHERE id = :id AND revoked_at IS NULL RETURNING id
 """)
 
+# bootstrap_key: the operator's first key, only into a database that never had one;
+# concurrent starts of several replicas insert it once.
+BOOTSTRAP_KEY = text("""
+    INSERT INTO api_keys (id, tenant_id, scope, key_hash, label)
+    SELECT :id, :tenant, 'admin', :hash, 'bootstrap'
+    WHERE NOT EXISTS (SELECT 1 FROM api_keys)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+""")
+
 LIST_KEYS = text("""
     SELECT id, tenant_id, scope, label, created_at, revoked_at FROM api_keys ORDER BY created_at
 """)
@@ -85,6 +95,17 @@ async def create_key(
         {"id": key_id, "tenant": tenant, "scope": scope, "hash": hash_key(key), "label": label},
     )
     return key
+
+
+async def bootstrap_key(conn: AsyncConnection, *, key: str, tenant: str) -> bool:
+    """Install ``key`` as an admin key of ``tenant`` if no key ever existed; True if it did."""
+    match = KEY_PATTERN.match(key)
+    if match is None:
+        raise ValueError("not a Mnemo key (mk_<12 of a-z0-9>_<20+ of A-Za-z0-9_->)")
+    if not TENANT_PATTERN.match(tenant):
+        raise ValueError("tenant: 1–128 characters of [A-Za-z0-9._:@-]")
+    params = {"id": match.group(1), "tenant": tenant, "hash": hash_key(key)}
+    return (await conn.execute(BOOTSTRAP_KEY, params)).first() is not None
 
 
 async def authenticate(conn: AsyncConnection, key: str) -> Principal | None:

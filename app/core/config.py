@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -31,6 +31,14 @@ class Settings(BaseSettings):
         default=False,
         description="Let `mnemo serve` bind a non-loopback address with no API keys (unsafe).",
     )
+    bootstrap_key: SecretStr | None = Field(
+        default=None,
+        description="An admin key (`mnemo keys generate`) installed when no key ever existed.",
+    )
+    bootstrap_key_file: Path | None = Field(
+        default=None, description="A file holding that key (a Docker/Kubernetes secret)."
+    )
+    bootstrap_tenant: str = Field(default="default", description="The tenant of that key.")
     embedded_worker: bool = Field(
         default=True, description="Run the job worker inside `mnemo serve`."
     )
@@ -111,6 +119,15 @@ class Settings(BaseSettings):
             - self.tool_schema_tokens
             - self.reserved_output_tokens,
         )
+
+    def initial_key(self) -> str | None:
+        """The bootstrap admin key, from MNEMO_BOOTSTRAP_KEY or the file it names."""
+        key = ""
+        if self.bootstrap_key is not None:
+            key = self.bootstrap_key.get_secret_value()
+        elif self.bootstrap_key_file is not None:
+            key = self.bootstrap_key_file.read_text()
+        return key.strip() or None  # an empty variable (compose's ${X:-}) is no key
 
     @property
     def async_database_url(self) -> str | None:

@@ -12,19 +12,14 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 
-def _project_root() -> Path:
-    # An editable install or a source checkout keeps migrations/ beside app/;
-    # the container image copies it into the working directory.
-    beside = Path(__file__).resolve().parents[2]
-    if (beside / "migrations" / "env.py").exists():
-        return beside
-    return Path.cwd()
+# Migrations and their alembic.ini are package data (app/migrations, app/alembic.ini):
+# an installed wheel migrates exactly like a source checkout.
+ALEMBIC_INI = Path(__file__).resolve().parents[1] / "alembic.ini"
 
 
 def alembic_config() -> Config:
-    root = _project_root()
-    cfg = Config(str(root / "alembic.ini"))
-    cfg.set_main_option("script_location", str(root / "migrations"))
+    cfg = Config(str(ALEMBIC_INI))
+    cfg.set_main_option("script_location", str(ALEMBIC_INI.parent / "migrations"))
     return cfg
 
 

@@ -1,6 +1,6 @@
 """The schema as SQLAlchemy Core tables.
 
-Migrations (``migrations/versions``) create it; a test checks that
+Migrations (``app/migrations/versions``) create it; a test checks that
 ``alembic upgrade head`` yields exactly these tables, columns and indexes.
 Every row carries ``tenant_id`` (directly or through its session) so that every
 query filters by tenant in SQL and tables can later be distributed by tenant.

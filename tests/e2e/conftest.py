@@ -44,8 +44,14 @@ class Server:
 
 
 def start_server(
-    data_dir: Path, *, env: dict[str, str] | None = None, timeout_s: float = 60
+    data_dir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 60,
+    mnemo: list[str] | None = None,
+    cwd: Path | None = None,
 ) -> Server:
+    """``mnemo serve`` (by default this checkout's, ``python -m app.cli``) on a free port."""
     port = free_port()
     log = data_dir / f"serve-{port}.log"
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMO_")}
@@ -54,7 +60,8 @@ def start_server(
     t0 = time.monotonic()
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+            [*(mnemo or [sys.executable, "-m", "app.cli"]), "serve", "--port", str(port)],
+            cwd=cwd,
             stdout=out,
             stderr=subprocess.STDOUT,
             env=full_env,
