@@ -11,7 +11,6 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-
 # Migrations and their alembic.ini are package data (app/migrations, app/alembic.ini):
 # an installed wheel migrates exactly like a source checkout.
 ALEMBIC_INI = Path(__file__).resolve().parents[1] / "alembic.ini"
