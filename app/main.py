@@ -11,7 +11,7 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api import problems
+from app.api import openapi, problems
 from app.api.limits import BodyLimitMiddleware
 from app.api.routes import compression, health, memories, sessions
 from app.auth.guard import Guard
@@ -81,6 +81,9 @@ def create_app(
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        generate_unique_id_function=openapi.operation_id,
+        docs_url=None,  # served by openapi.install from packaged assets, not a CDN
+        redoc_url=None,
     )
     encoding()  # load the tokenizer now, not inside the first requests
     metrics = Metrics()
@@ -95,4 +98,5 @@ def create_app(
     app.include_router(sessions.router)
     app.include_router(compression.router)
     app.include_router(memories.router)
+    openapi.install(app)
     return app

@@ -104,7 +104,14 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return problem(exc.status_code, str(exc.detail), str(exc.detail), f"http-{exc.status_code}")
+        # Keep the exception's headers: a 405 must say what is Allowed (RFC 9110).
+        return problem(
+            exc.status_code,
+            str(exc.detail),
+            str(exc.detail),
+            f"http-{exc.status_code}",
+            headers=dict(exc.headers or {}),
+        )
 
     @app.exception_handler(DBAPIError)
     async def _db(_: Request, exc: DBAPIError) -> JSONResponse:
