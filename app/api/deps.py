@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -75,3 +75,11 @@ SessionIdPath = Annotated[
 UserIdPath = Annotated[
     str, Path(pattern=ID_PATTERN, description="Client-chosen user id, 1–128 of [A-Za-z0-9._:@-]")
 ]
+
+# Integer parameters are bounded to the column they are compared with, so an id or a
+# seq Postgres cannot represent is a 422 naming the parameter, never a driver error.
+INT4_MAX = 2**31 - 1  # integer columns (turns.seq)
+INT8_MAX = 2**63 - 1  # bigint identity columns (compression_events.id, memories.id)
+SeqQuery = Annotated[int, Query(ge=0, le=INT4_MAX)]
+EventIdPath = Annotated[int, Path(ge=1, le=INT8_MAX, description="A compression event id.")]
+MemoryIdPath = Annotated[int, Path(ge=1, le=INT8_MAX, description="A memory id.")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import asyncpg
@@ -13,6 +14,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.core.errors import MnemoError
+from app.observability.logs import request_id
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,29 @@ def problem(
     return JSONResponse(
         body, status_code=status, media_type="application/problem+json", headers=headers
     )
+
+
+def error_id() -> str:
+    """The id a client quotes and an operator greps: the request id when there is one."""
+    return request_id.get() or uuid.uuid4().hex
+
+
+def server_error(
+    what: str,
+    exc: BaseException | None = None,
+    *,
+    detail: str | None = None,
+    title: str = "Internal error",
+    slug: str = "internal",
+) -> JSONResponse:
+    """A generic 500: the cause goes to the log under an error id, only the id to the client.
+
+    Exception texts can quote input (pydantic's ``input_value``, a driver message), so
+    they never leave the process in a response body.
+    """
+    eid = error_id()
+    log.error("%s (error id %s)", what, eid, exc_info=exc, extra={"error_id": eid})
+    return problem(500, title, f"{detail or what}; error id {eid}", slug)
 
 
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
@@ -82,6 +107,10 @@ def _is_db_unavailable(exc: BaseException | None) -> bool:
 def install(app: FastAPI) -> None:
     @app.exception_handler(MnemoError)
     async def _mnemo(_: Request, exc: MnemoError) -> JSONResponse:
+        if exc.status >= 500 and exc.status != 503:
+            return server_error(
+                exc.title.lower(), exc, detail=exc.public_detail, title=exc.title, slug=exc.slug
+            )
         headers = None
         if exc.status == 503:
             headers = {"Retry-After": str(RETRY_AFTER_S)}
@@ -104,6 +133,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI's body parse, too deep
+            return _too_deep_problem()
         # Keep the exception's headers: a 405 must say what is Allowed (RFC 9110).
         return problem(
             exc.status_code,
@@ -129,6 +160,20 @@ def install(app: FastAPI) -> None:
     async def _pg_interface(_: Request, exc: asyncpg.InterfaceError) -> JSONResponse:
         return _database_problem(exc)
 
+    @app.exception_handler(RecursionError)
+    async def _too_deep(_: Request, exc: RecursionError) -> JSONResponse:
+        return _too_deep_problem()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        return server_error("unexpected error", exc)
+
+
+def _too_deep_problem() -> JSONResponse:
+    # Nesting beyond what the parsers handle is bad input, not a server fault.
+    error = {"loc": ["body"], "field": "body", "msg": "nested too deeply", "type": "too_deep"}
+    return problem(422, "Invalid input", "JSON nested too deeply", "validation", [error])
+
 
 def _database_problem(exc: BaseException) -> JSONResponse:
     if _is_db_unavailable(exc):
@@ -140,8 +185,7 @@ def _database_problem(exc: BaseException) -> JSONResponse:
             "unavailable",
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
-    log.exception("database error", exc_info=exc)
-    return problem(500, "Internal error", "unexpected database error", "internal")
+    return server_error("unexpected database error", exc)
 
 
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:

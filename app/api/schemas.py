@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from app.core.limits import JSON_DEPTH, MAX_METADATA_BYTES, MAX_TOOL_CALLS, NAME_CHARS
 
 ID_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
 
@@ -22,35 +25,67 @@ def storable(value: str) -> str:
 
 
 def storable_tree(value: Any) -> Any:
-    """``storable`` over every key and string inside a JSON value."""
-    if isinstance(value, str):
-        return storable(value)
-    if isinstance(value, dict):
-        for key, item in value.items():
-            storable(key)
-            storable_tree(item)
-    elif isinstance(value, list):
-        for item in value:
-            storable_tree(item)
+    """``storable`` over every key and string inside a JSON value, at most JSON_DEPTH deep.
+
+    Iterative, so a hostile depth is refused instead of overflowing the stack.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            storable(item)
+            continue
+        if not isinstance(item, dict | list):
+            continue
+        if depth > JSON_DEPTH:
+            raise ValueError(f"nested deeper than {JSON_DEPTH} levels")
+        if isinstance(item, dict):
+            for key in item:
+                storable(key)
+            stack.extend((child, depth + 1) for child in item.values())
+        else:
+            stack.extend((child, depth + 1) for child in item)
+    return value
+
+
+def bounded_metadata(value: dict[str, Any]) -> dict[str, Any]:
+    size = len(json.dumps(value, ensure_ascii=False))
+    if size > MAX_METADATA_BYTES:
+        raise ValueError(f"{size} characters as JSON; the limit is {MAX_METADATA_BYTES}")
     return value
 
 
 Text = Annotated[str, AfterValidator(storable)]
-JsonObject = Annotated[dict[str, Any], AfterValidator(storable_tree)]
+JsonObject = Annotated[
+    dict[str, Any], AfterValidator(storable_tree), AfterValidator(bounded_metadata)
+]
 ExternalId = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 QueryText = Annotated[str, StringConstraints(max_length=4000), AfterValidator(storable)]
 Role = Literal["system", "user", "assistant", "tool"]
 
 
+Name = Annotated[Text, StringConstraints(min_length=1, max_length=NAME_CHARS)]
+
+# This module is the one place that lists the fields a message may carry: every
+# model refuses unknown fields (422 naming them), so nothing reaches the archive,
+# the state or a context without being bounded here or in ``ingest/validate.py``
+# and counted by ``core/tokens.count_message_tokens``.
+
+
 class FunctionCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: Annotated[Text, StringConstraints(min_length=1, max_length=256)]
-    arguments: Text = Field(description="JSON-encoded arguments, as the OpenAI API sends them.")
+    model_config = ConfigDict(extra="forbid")
+    name: Name
+    arguments: Text = Field(
+        description=(
+            "JSON-encoded arguments, as the OpenAI API sends them: at most "
+            "`MNEMO_MAX_CONTENT_CHARS` characters (413) and 64 levels deep (422)."
+        )
+    )
 
 
 class ToolCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: Annotated[Text, StringConstraints(min_length=1, max_length=256)]
+    model_config = ConfigDict(extra="forbid")
+    id: Name
     type: Literal["function"] = "function"
     function: FunctionCall
 
@@ -63,9 +98,9 @@ class MessageIn(BaseModel):
     role: Role
     content: Text | None = None
     id: ExternalId | None = Field(default=None, description="Client message id; idempotency key.")
-    name: Annotated[Text, StringConstraints(max_length=256)] | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: Annotated[Text, StringConstraints(min_length=1, max_length=256)] | None = None
+    name: Annotated[Text, StringConstraints(max_length=NAME_CHARS)] | None = None
+    tool_calls: list[ToolCall] | None = Field(default=None, max_length=MAX_TOOL_CALLS)
+    tool_call_id: Name | None = None
     emphasized: bool = False
     created_at: datetime | None = None
     metadata: JsonObject = Field(default_factory=dict)

@@ -40,6 +40,11 @@ class MnemoError(Exception):
     title = "Internal error"
     slug = "internal"
 
+    @property
+    def public_detail(self) -> str:
+        """What a 5xx may tell the client; ``detail`` (which may quote input) is logged."""
+        return self.title.lower()
+
     def __str__(self) -> str:
         return self.detail
 

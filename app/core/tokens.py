@@ -78,9 +78,10 @@ def count_message_tokens(message: Mapping[str, Any]) -> int:
     if message.get("tool_call_id"):
         total += count_tokens(message["tool_call_id"])
     for call in message.get("tool_calls") or ():
+        # Every field a context returns is counted: the call id too (up to 256 chars).
         function = call.get("function") or {}
         total += count_tokens(function.get("name")) + count_tokens(function.get("arguments"))
-        total += MESSAGE_OVERHEAD_TOKENS
+        total += count_tokens(call.get("id")) + MESSAGE_OVERHEAD_TOKENS
     return total
 
 

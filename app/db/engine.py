@@ -16,6 +16,8 @@ def make_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         # (problem+json, Retry-After) and the pool is invalidated and refilled.
         pool_pre_ping=False,
         pool_recycle=1800,
+        # Statement parameters carry message content: never in exception texts or logs.
+        hide_parameters=True,
         # asyncpg's statement cache is per connection; keep it, it is what makes the
         # hot paths (ingest, context) cheap.
         connect_args={"server_settings": {"application_name": "mnemo"}},

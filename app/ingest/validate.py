@@ -1,20 +1,19 @@
 """Checks on posted messages beyond their JSON shape. Pure: no I/O.
 
-Pydantic checks types and id patterns; these rules need the whole message (a
-tool result needs its call id) or the configured limits, which are reported in
-the error so a client can see what it ran into.
+Pydantic checks types, id patterns and the fixed field limits (``api/schemas.py``);
+these rules need the whole message (a tool result needs its call id) or the
+configured limits, which are reported in the error so a client can see what it
+ran into.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from app.api.schemas import MessageIn
+from app.api.schemas import MessageIn, storable_tree
 from app.core.errors import FieldError, InvalidInput, PayloadTooLarge
-
-MAX_METADATA_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -35,19 +34,25 @@ def check_messages(messages: Sequence[MessageIn], limits: Limits) -> None:
             ],
         )
     oversize = [
-        FieldError(
-            ("body", "messages", i, "content"),
-            f"{len(m.content)} characters; the limit is {limits.max_content_chars}",
-            "too_long",
-        )
+        FieldError(at, f"{size} characters; the limit is {limits.max_content_chars}", "too_long")
         for i, m in enumerate(messages)
-        if m.content is not None and len(m.content) > limits.max_content_chars
+        for at, size in _long_texts(i, m)
+        if size > limits.max_content_chars
     ]
     if oversize:
         raise PayloadTooLarge("message content over the size limit", oversize)
     errors = [error for i, m in enumerate(messages) for error in _message_errors(i, m)]
     if errors:
         raise InvalidInput(f"{len(errors)} invalid field(s) in messages", errors)
+
+
+def _long_texts(i: int, m: MessageIn) -> Iterator[tuple[tuple[str | int, ...], int]]:
+    """The free-text fields of a message and their sizes: content and each call's arguments."""
+    at = ("body", "messages", i)
+    if m.content is not None:
+        yield (*at, "content"), len(m.content)
+    for j, call in enumerate(m.tool_calls or ()):
+        yield (*at, "tool_calls", j, "function", "arguments"), len(call.function.arguments)
 
 
 def _message_errors(i: int, m: MessageIn) -> list[FieldError]:
@@ -66,18 +71,21 @@ def _message_errors(i: int, m: MessageIn) -> list[FieldError]:
             )
         )
     for j, call in enumerate(m.tool_calls or ()):
-        try:
-            json.loads(call.function.arguments)
-        except ValueError as exc:
-            errors.append(
-                FieldError(
-                    (*at, "tool_calls", j, "function", "arguments"),
-                    f"not valid JSON: {exc}",
-                    "json_invalid",
-                )
-            )
-    if len(json.dumps(m.metadata, ensure_ascii=False)) > MAX_METADATA_BYTES:
-        errors.append(
-            FieldError((*at, "metadata"), f"over {MAX_METADATA_BYTES} bytes as JSON", "too_long")
-        )
+        problem = _arguments_problem(call.function.arguments)
+        if problem is not None:
+            msg, kind = problem
+            errors.append(FieldError((*at, "tool_calls", j, "function", "arguments"), msg, kind))
     return errors
+
+
+def _arguments_problem(arguments: str) -> tuple[str, str] | None:
+    """Why ``arguments`` is not acceptable JSON (message, error type), or None."""
+    try:
+        storable_tree(json.loads(arguments))
+    except RecursionError:
+        return "nested too deeply", "too_deep"
+    except ValueError as exc:  # JSONDecodeError, or storable_tree's depth / NUL refusal
+        if isinstance(exc, json.JSONDecodeError):
+            return f"not valid JSON: {exc}", "json_invalid"
+        return str(exc), "value_error"
+    return None

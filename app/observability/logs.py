@@ -21,7 +21,16 @@ class JsonFormatter(logging.Formatter):
         rid = request_id.get()
         if rid:
             entry["request_id"] = rid
-        for key in ("method", "path", "status", "duration_ms", "tenant", "job_id", "session"):
+        for key in (
+            "method",
+            "path",
+            "status",
+            "duration_ms",
+            "tenant",
+            "job_id",
+            "session",
+            "error_id",
+        ):
             if hasattr(record, key):
                 entry[key] = getattr(record, key)
         if record.exc_info:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Annotated, Any
 
@@ -11,12 +12,22 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from app.api.deps import EngineDep, ReadConnDep, SessionIdPath, SettingsDep, TenantDep
+from app.api.deps import (
+    INT8_MAX,
+    EngineDep,
+    EventIdPath,
+    ReadConnDep,
+    SessionIdPath,
+    SettingsDep,
+    TenantDep,
+)
 from app.api.problems import COMMON_PROBLEMS
 from app.compression import events
 from app.core.errors import MnemoError
 from app.jobs import queue
 from app.sessions import repo as sessions
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(
     prefix="/v1/sessions",
@@ -44,6 +55,10 @@ class CompressionFailed(MnemoError):
     status = 500
     title = "Compression failed"
     slug = "compression-failed"
+
+    @property
+    def public_detail(self) -> str:
+        return self.detail  # the job id only; the job's error text stays in the log
 
 
 @router.post(
@@ -93,7 +108,8 @@ async def compact(
                 event = await events.get_event(conn, session_pk=sid, event_id=event_id)
                 return JSONResponse(_jsonable({"status": "compressed", **event}), status_code=200)
             if job.status == "dead":
-                raise CompressionFailed(f"compression job {job_id} failed: {job.last_error}")
+                log.warning("compression job %s failed: %s", job_id, job.last_error)
+                raise CompressionFailed(f"compression job {job_id} failed")
         await asyncio.sleep(WAIT_POLL_S)
     return JSONResponse(scheduled, status_code=202)
 
@@ -104,7 +120,7 @@ async def list_events(
     conn: ReadConnDep,
     tenant: TenantDep,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    before: Annotated[int | None, Query(ge=1)] = None,
+    before: Annotated[int | None, Query(ge=1, le=INT8_MAX)] = None,
 ) -> dict[str, Any]:
     """The session's compressions, newest first (page with ``before`` = the last id seen)."""
     sid = await sessions.session_pk(conn, tenant=tenant, session=session_id)
@@ -113,7 +129,7 @@ async def list_events(
 
 @router.get("/{session_id}/events/{event_id}")
 async def get_event(
-    session_id: SessionIdPath, event_id: int, conn: ReadConnDep, tenant: TenantDep
+    session_id: SessionIdPath, event_id: EventIdPath, conn: ReadConnDep, tenant: TenantDep
 ) -> dict[str, Any]:
     """One compression: its input turns, extracted units, rendered state and figures."""
     sid = await sessions.session_pk(conn, tenant=tenant, session=session_id)

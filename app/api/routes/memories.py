@@ -7,7 +7,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.api.deps import AdminDep, EngineDep, ReadConnDep, SettingsDep, TenantDep, UserIdPath
+from app.api.deps import (
+    AdminDep,
+    EngineDep,
+    MemoryIdPath,
+    ReadConnDep,
+    SettingsDep,
+    TenantDep,
+    UserIdPath,
+)
 from app.api.problems import COMMON_PROBLEMS
 from app.api.schemas import MemoriesOut, MemoryIn, MemoryKind, MemoryPublic, QueryText
 from app.core.errors import NotFound
@@ -91,7 +99,7 @@ async def list_memories(
 
 @router.delete("/{user_id}/memories/{memory_id}", status_code=204)
 async def delete_memory(
-    user_id: UserIdPath, memory_id: int, engine: EngineDep, tenant: TenantDep
+    user_id: UserIdPath, memory_id: MemoryIdPath, engine: EngineDep, tenant: TenantDep
 ) -> Response:
     async with engine.begin() as conn:
         user_pk = await repo.user_pk(conn, tenant=tenant, user=user_id)

@@ -11,6 +11,7 @@ from app.api.deps import (
     EngineDep,
     MetricsDep,
     ReadConnDep,
+    SeqQuery,
     SessionIdPath,
     SettingsDep,
     TenantDep,
@@ -120,7 +121,7 @@ async def list_turns(
     session_id: SessionIdPath,
     conn: ReadConnDep,
     tenant: TenantDep,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
+    after_seq: SeqQuery = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> TurnsPage:
     return await repo.list_turns(

@@ -1,0 +1,238 @@
+"""Issue 16, findings 4–8: hostile input from one agent key answers 4xx, never 5xx,
+never poisons a session, never plants lines in the rendered state, and never makes
+an error body or a log line carry what was posted."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.api import problems
+from app.core.tokens import count_message_tokens
+from tests.conftest import post_turns
+
+
+def call(call_id: str, name: str, arguments: Any, **extra: Any) -> dict[str, Any]:
+    function = {"name": name, "arguments": json.dumps(arguments), **extra.pop("function", {})}
+    return {"id": call_id, "type": "function", "function": function, **extra}
+
+
+def assistant(*calls: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": list(calls)}
+
+
+def fields(r: httpx.Response) -> list[str]:
+    assert r.headers["content-type"].startswith("application/problem+json"), r.text
+    return [e["field"] for e in r.json().get("errors") or ()]
+
+
+# ----------------------------------------------------------------- finding 8: 500s
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "params", "field"),
+    [
+        ("GET", "/v1/sessions/s-1/turns", {"after_seq": 99999999999}, "query.after_seq"),
+        ("GET", "/v1/sessions/s-1/events", {"before": 2**63}, "query.before"),
+        ("GET", f"/v1/sessions/s-1/events/{2**63}", {}, "path.event_id"),
+        ("DELETE", f"/v1/users/u-1/memories/{2**64}", {}, "path.memory_id"),
+        ("DELETE", "/v1/users/u-1/memories/0", {}, "path.memory_id"),
+    ],
+)
+async def test_integers_beyond_their_column_are_422_naming_the_parameter(
+    client: httpx.AsyncClient, method: str, path: str, params: dict[str, int], field: str
+) -> None:
+    await post_turns(client, "s-1", [{"role": "user", "content": "hello"}])
+    r = await client.request(method, path, params=params)
+    assert r.status_code == 422, r.text
+    assert field in fields(r)
+
+
+async def test_the_largest_values_of_the_columns_are_still_accepted(
+    client: httpx.AsyncClient,
+) -> None:
+    await post_turns(client, "s-1", [{"role": "user", "content": "hello"}])
+    turns = await client.get("/v1/sessions/s-1/turns", params={"after_seq": 2**31 - 1})
+    assert turns.status_code == 200 and turns.json()["turns"] == []
+    assert (await client.get(f"/v1/sessions/s-1/events/{2**63 - 1}")).status_code == 404
+    assert (await client.delete(f"/v1/users/u-1/memories/{2**63 - 1}")).status_code == 404
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+async def test_arguments_nested_50k_deep_are_422(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    r = await post_turns(client, "s-deep", [assistant(call("c1", "f", None))])
+    assert r.status_code == 201
+    deep = assistant(
+        {"id": "c2", "type": "function", "function": {"name": "f", "arguments": nested(50_000)}}
+    )
+    r = await post_turns(client, "s-deep", [deep])
+    assert r.status_code == 422, r.text
+    assert "body.messages.0.tool_calls.0.function.arguments" in fields(r)
+    # Deep, but under what a parser handles, is refused the same way.
+    r = await post_turns(
+        client, "s-deep", [{**deep, "tool_calls": [call("c3", "f", json.loads(nested(100)))]}]
+    )
+    assert r.status_code == 422
+    assert "body.messages.0.tool_calls.0.function.arguments" in fields(r)
+
+
+async def test_a_body_nested_50k_deep_is_422(client: httpx.AsyncClient) -> None:
+    body = '{"user_id": "u-1", "messages": [{"role": "user", "content": "x", "metadata": {"a": '
+    body += nested(50_000) + "}}]}"
+    r = await client.post(
+        "/v1/sessions/s-1/turns", content=body, headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422, r.text[:300]
+    assert fields(r)
+
+
+async def test_metadata_deeper_than_the_limit_is_422(client: httpx.AsyncClient) -> None:
+    r = await post_turns(
+        client,
+        "s-1",
+        [{"role": "user", "content": "x", "metadata": {"a": json.loads(nested(100))}}],
+    )
+    assert r.status_code == 422
+    assert "body.messages.0.metadata" in fields(r)
+
+
+async def test_nul_in_an_extra_field_is_422(client: httpx.AsyncClient) -> None:
+    r = await post_turns(client, "s-1", [assistant(call("c1", "f", {}, note="a\x00b"))])
+    assert r.status_code == 422
+    assert "body.messages.0.tool_calls.0.note" in fields(r)
+
+
+async def test_nul_inside_the_arguments_json_is_422(client: httpx.AsyncClient) -> None:
+    r = await post_turns(client, "s-1", [assistant(call("c1", "f", {"path": "a\x00b"}))])
+    assert r.status_code == 422
+    assert "body.messages.0.tool_calls.0.function.arguments" in fields(r)
+
+
+# ------------------------------------------------- finding 6: limits that apply
+
+
+async def test_oversized_arguments_are_413_naming_the_field(
+    client: httpx.AsyncClient, settings: Any
+) -> None:
+    big = {"blob": "x" * settings.max_content_chars}
+    r = await post_turns(client, "s-1", [assistant(call("c1", "write_file", big))])
+    assert r.status_code == 413, r.text[:300]
+    assert "body.messages.0.tool_calls.0.function.arguments" in fields(r)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"padding": "x" * 100_000}, "body.messages.0.tool_calls.0.padding"),
+        ({"function": {"padding": "x"}}, "body.messages.0.tool_calls.0.function.padding"),
+    ],
+)
+async def test_unknown_fields_on_tool_calls_are_refused(
+    client: httpx.AsyncClient, engine: AsyncEngine, extra: dict[str, Any], field: str
+) -> None:
+    r = await post_turns(client, "s-1", [assistant(call("c1", "f", {}, **extra))])
+    assert r.status_code == 422
+    assert field in fields(r)
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM turns"))).scalar_one() == 0
+
+
+async def test_too_many_tool_calls_in_one_message_are_422(client: httpx.AsyncClient) -> None:
+    calls = [call(f"c{i}", "f", {}) for i in range(129)]
+    r = await post_turns(client, "s-1", [assistant(*calls)])
+    assert r.status_code == 422
+    assert "body.messages.0.tool_calls" in fields(r)
+
+
+async def test_context_tokens_are_the_tokens_of_its_body(client: httpx.AsyncClient) -> None:
+    """The reported count covers every field returned: call ids and arguments included."""
+    long_id = "call_" + "Zq9" * 80
+    messages = [
+        {"role": "user", "content": "run it"},
+        assistant(call(long_id, "f", {"k": "v " * 40})),
+        {"role": "tool", "tool_call_id": long_id, "content": "ok"},
+    ]
+    r = await post_turns(client, "s-1", messages)
+    assert r.status_code == 201
+    acked = r.json()["turns"][1]["tokens"]
+    assert acked == count_message_tokens(messages[1])
+    assert acked > 200  # the 240-character id and the arguments are counted
+    for budget in (200, 2500):
+        ctx = (await client.get("/v1/sessions/s-1/context", params={"max_tokens": budget})).json()
+        body_tokens = sum(count_message_tokens(m) for m in ctx["messages"])
+        assert body_tokens <= ctx["tokens"] <= budget
+
+
+# -------------------------------------------------- finding 7: errors and logs
+
+
+async def test_unexpected_errors_are_generic_with_an_error_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = FastAPI()
+    problems.install(app)
+
+    @app.get("/boom")
+    async def boom() -> None:
+        raise ValueError("input_value='the card number 4111 1111 1111 1111'")
+
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    with caplog.at_level(logging.ERROR):
+        async with httpx.AsyncClient(transport=transport, base_url="http://m") as c:
+            r = await c.get("/boom")
+    assert r.status_code == 500
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert "4111" not in r.text
+    error_id = r.json()["detail"].rsplit("error id ", 1)[1]
+    logged = [rec for rec in caplog.records if getattr(rec, "error_id", None) == error_id]
+    assert logged and "4111" in str(logged[0].exc_info[1])
+
+
+async def test_database_errors_never_carry_statement_parameters(engine: AsyncEngine) -> None:
+    with pytest.raises(DBAPIError) as exc:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT CAST(:v AS text), 1 / 0"), {"v": "my secret note"})
+    assert "my secret note" not in str(exc.value)
+
+
+async def test_failed_compression_answers_without_the_job_error(
+    settings: Any, engine: AsyncEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    from app.main import create_app
+    from tests.conftest import make_settings
+
+    live = make_settings(settings.database_url, embedded_worker=True, job_max_attempts=1)
+    app = create_app(live, database_url=settings.database_url, engine=engine)
+    messages = [{"role": "user", "content": f"line {i}"} for i in range(8)]
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://m") as c:
+            assert (await post_turns(c, "s-1", messages)).status_code == 201
+            # A stored state this version cannot load: the job fails with pydantic's
+            # text, which quotes the stored value.
+            async with engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        "INSERT INTO task_states (session_id, version, state) "
+                        'SELECT id, 1, \'{"goal": {"text": "SECRET-GOAL"}}\' FROM sessions '
+                        "ON CONFLICT (session_id) DO UPDATE SET state = EXCLUDED.state"
+                    )
+                )
+            with caplog.at_level(logging.WARNING):
+                r = await c.post("/v1/sessions/s-1/compact", params={"wait": "true"})
+    assert r.status_code == 500
+    assert r.json()["type"].endswith("compression-failed")
+    assert "SECRET-GOAL" not in r.text and "error id" in r.json()["detail"]
