@@ -14,7 +14,9 @@ def run(*cmd: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff() -> None:
-    result = run(str(Path(sys.executable).parent / "ruff"), "check", "app", "tests", "bench")
+    result = run(
+        str(Path(sys.executable).parent / "ruff"), "check", "app", "tests", "bench", "tools"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -2,12 +2,14 @@
 
 Once any active key exists, every route except health, metrics and docs needs
 one. Lookups are cached for ``CACHE_TTL_S`` seconds per key, so a revoked key
-stops working within that time (documented in docs/security.md).
+stops working within that time (documented in docs/security.md). The clock is
+injectable so tests can step past that window instead of sleeping through it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,12 +26,13 @@ OPEN = Principal(tenant_id=DEFAULT_TENANT, scope="admin", key_id=None)
 @dataclass
 class Guard:
     engine: AsyncEngine
+    clock: Callable[[], float] = time.monotonic
     _mode: tuple[float, bool] | None = None
     _cache: dict[str, tuple[float, Principal | None]] = field(default_factory=dict)
 
     async def principal(self, key: str | None) -> Principal:
         """The caller of a request that presented ``key`` (the bearer token), if any."""
-        now = time.monotonic()
+        now = self.clock()
         if not await self._keys_required(now):
             return OPEN
         if not key:

@@ -19,7 +19,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 CHANNEL = "mnemo_jobs"
@@ -56,8 +55,11 @@ ENQUEUE = text("""
 """)
 
 # claim: the oldest runnable job — queued and due, or running with an expired lease
-# (its worker died). A job whose session already has a live running job of the same
-# kind waits, so one session is never compressed twice at once.
+# (its worker died). A job whose session already has a running job of the same kind
+# waits, so one session is never compressed twice at once: a queued job waits even
+# while that running job's lease has expired (the stalled job is reclaimed itself),
+# otherwise claiming it would collide with the one-running-job index, and, sorted
+# first, it would make every claim of every worker fail.
 CLAIM = text("""
     UPDATE jobs SET status = 'running',
                     attempts = attempts + 1,
@@ -71,7 +73,7 @@ CLAIM = text("""
           AND NOT EXISTS (
               SELECT 1 FROM jobs r
               WHERE r.session_id = j.session_id AND r.kind = j.kind AND r.id <> j.id
-                AND r.status = 'running' AND r.locked_until >= now())
+                AND r.status = 'running' AND (r.locked_until >= now() OR j.status = 'queued'))
         ORDER BY j.priority DESC, j.run_after, j.id
         LIMIT 1
         FOR UPDATE SKIP LOCKED)
@@ -144,11 +146,7 @@ async def enqueue(
 
 
 async def claim(conn: AsyncConnection, *, worker: str, lease_s: float) -> Job | None:
-    try:
-        row = (await conn.execute(CLAIM, {"worker": worker, "lease_s": lease_s})).first()
-    except IntegrityError:
-        # Two workers raced for jobs of one session; the loser simply tries later.
-        return None
+    row = (await conn.execute(CLAIM, {"worker": worker, "lease_s": lease_s})).first()
     if row is None:
         return None
     payload = row.payload if isinstance(row.payload, dict) else json.loads(row.payload)

@@ -111,3 +111,41 @@ async def test_revoking_the_last_key_locks_the_api_it_never_reopens(
     assert (await post_turns(client, "s", [{"role": "user", "content": "x"}])).status_code == 401
     assert (await client.delete("/v1/users/u")).status_code == 401
     assert (await client.get("/v1/sessions/s", headers=bearer(key))).status_code == 401
+
+
+class SteppedClock:
+    """A monotonic clock the test moves by hand (the guard's cache window, without sleeping)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_revoked_key_stops_working_once_the_cache_window_has_passed(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    from app.auth.guard import CACHE_TTL_S
+
+    clock = SteppedClock()
+    guard = app_of(client).state.guard
+    guard.clock = clock
+    # Open API, decided once and cached: a key created now is not required yet.
+    assert (await post_turns(client, "s", [{"role": "user", "content": "x"}])).status_code == 201
+    key = await make_key(engine, "acme")
+    assert (await client.get("/v1/sessions/s")).status_code == 200  # the cached "open"
+    clock.now += CACHE_TTL_S
+    assert (await client.get("/v1/sessions/s")).status_code == 401  # keys now required
+
+    assert (await client.get("/v1/sessions/s", headers=bearer(key))).status_code == 404
+    async with engine.begin() as conn:
+        assert await keys.revoke_key(conn, key_id=key.split("_")[1])
+    # Within the documented window the cached decision stands …
+    clock.now += CACHE_TTL_S / 2
+    assert (await client.get("/v1/sessions/s", headers=bearer(key))).status_code == 404
+    # … and once it has passed (counted from the lookup, not from the revocation) the
+    # key is refused.
+    clock.now += CACHE_TTL_S / 2
+    r = await client.get("/v1/sessions/s", headers=bearer(key))
+    assert r.status_code == 401 and "revoked" in r.json()["detail"]

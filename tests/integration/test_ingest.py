@@ -82,6 +82,23 @@ async def test_same_id_twice_in_one_post_is_stored_once(
     assert await count_turns(engine) == 1
 
 
+async def test_a_client_id_is_unique_per_session_not_globally(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    msg = {"role": "user", "content": "first words here", "id": "m-1"}
+    one = (await post_turns(client, "s-1", [msg])).json()["turns"]
+    two = (await post_turns(client, "s-2", [{**msg, "content": "other words"}])).json()["turns"]
+    assert [(t["seq"], t["duplicate"]) for t in one] == [(1, False)]
+    assert [(t["seq"], t["duplicate"]) for t in two] == [(1, False)]
+    assert await count_turns(engine) == 2
+    archived = (await client.get("/v1/sessions/s-2/turns")).json()["turns"]
+    assert [t["content"] for t in archived] == ["other words"]
+    # Within a session the id still deduplicates.
+    again = (await post_turns(client, "s-2", [msg])).json()["turns"]
+    assert [(t["seq"], t["duplicate"]) for t in again] == [(1, True)]
+    assert await count_turns(engine) == 2
+
+
 async def test_session_of_another_user_is_409(
     client: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:

@@ -165,3 +165,66 @@ def test_search_never_returns_another_users_or_tenants_memory(
 ) -> None:
     # A sync property test driving its own event loop: Hypothesis runs sync functions.
     asyncio.run(_check_isolation(db_url, plan, query))
+
+
+async def test_objects_by_id_stay_out_of_reach_of_a_same_named_user(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """The attacker has its own user (and session) of the same name, so every lookup by
+    name succeeds and only the id query's own owner filter stands between them."""
+    a, b = await keys_for(client, engine, "tenant-a", "tenant-b")
+    victim = (
+        await client.post("/v1/users/u/memories", json={"text": "A's memory"}, headers=a)
+    ).json()
+    neighbour = (
+        await client.post("/v1/users/v/memories", json={"text": "A's other user"}, headers=a)
+    ).json()
+    own = (
+        await client.post("/v1/users/u/memories", json={"text": "B's own notebook"}, headers=b)
+    ).json()
+    assert len({victim["id"], neighbour["id"], own["id"]}) == 3
+
+    # Another tenant's user "u", and another user of the same tenant: 404, nothing deleted.
+    r = await client.delete(f"/v1/users/u/memories/{victim['id']}", headers=b)
+    assert r.status_code == 404 and "A's" not in r.text
+    r = await client.delete(f"/v1/users/v/memories/{victim['id']}", headers=a)
+    assert r.status_code == 404
+    r = await client.delete(f"/v1/users/u/memories/{neighbour['id']}", headers=a)
+    assert r.status_code == 404
+    listed = (await client.get("/v1/users/u/memories", headers=a)).json()["memories"]
+    assert [m["id"] for m in listed] == [victim["id"]]
+    listed = (await client.get("/v1/users/v/memories", headers=a)).json()["memories"]
+    assert [m["id"] for m in listed] == [neighbour["id"]]
+    # B reads and searches its own "u" only.
+    for params in ({}, {"query": "notebook memory"}):
+        r = await client.get("/v1/users/u/memories", params=params, headers=b)
+        assert [m["text"] for m in r.json()["memories"]] == ["B's own notebook"]
+    # B deletes its own memory by id; A's is still there.
+    assert (await client.delete(f"/v1/users/u/memories/{own['id']}", headers=b)).status_code == 204
+    listed = (await client.get("/v1/users/u/memories", headers=a)).json()["memories"]
+    assert [m["id"] for m in listed] == [victim["id"]]
+
+
+async def test_events_by_id_stay_out_of_reach_of_a_same_named_session(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    a, b = await keys_for(client, engine, "tenant-a", "tenant-b")
+    plan = [{"role": "user", "content": f"A's plan, step {i}: never skip it."} for i in range(6)]
+    body = {"user_id": "u", "messages": plan}
+    assert (await client.post("/v1/sessions/s/turns", json=body, headers=a)).status_code == 201
+    body = {"user_id": "u", "messages": [{"role": "user", "content": "B's plan"}]}
+    assert (await client.post("/v1/sessions/s/turns", json=body, headers=b)).status_code == 201
+    assert (await client.post("/v1/sessions/s2/turns", json=body, headers=a)).status_code == 201
+    r = await client.post("/v1/sessions/s/compact", params={"wait": "false"}, headers=a)
+    assert r.status_code == 202
+    from tests.integration.test_memories import drain
+
+    await drain(engine, str(engine.url.render_as_string(hide_password=False)))
+    events = (await client.get("/v1/sessions/s/events", headers=a)).json()["events"]
+    assert len(events) == 1
+    event_id = events[0]["id"]
+    assert (await client.get(f"/v1/sessions/s/events/{event_id}", headers=a)).status_code == 200
+    r = await client.get(f"/v1/sessions/s/events/{event_id}", headers=b)
+    assert r.status_code == 404 and "A's" not in r.text
+    r = await client.get(f"/v1/sessions/s2/events/{event_id}", headers=a)
+    assert r.status_code == 404 and "A's" not in r.text

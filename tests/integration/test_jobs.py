@@ -251,3 +251,117 @@ async def test_recount_handler_repairs_the_token_counter(
         assert (
             await conn.execute(text("SELECT history_tokens FROM sessions"))
         ).scalar_one() == expected
+
+
+async def test_a_claim_skips_the_job_another_worker_holds_locked(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """Worker 1 has selected its job and not committed yet; worker 2 takes the next job at
+    once (SKIP LOCKED) instead of queueing behind the lock."""
+    first = await enqueue(engine, "work", await new_session(client, engine, "a"))
+    second = await enqueue(engine, "work", await new_session(client, engine, "b"))
+    async with engine.connect() as holder, engine.connect() as other:
+        async with holder.begin():
+            held = await queue.claim(holder, worker="w1", lease_s=30)
+            assert held is not None and held.id == first
+            async with other.begin():
+                # Waiting for w1's row lock would end in an error here, not in a hang.
+                await other.execute(text("SET LOCAL lock_timeout = '2s'"))
+                taken = await queue.claim(other, worker="w2", lease_s=30)
+                assert taken is not None and taken.id == second
+                assert await queue.claim(other, worker="w2", lease_s=30) is None
+    rows = await job_rows(engine)
+    assert [(j["id"], j["status"], j["locked_by"]) for j in rows] == [
+        (first, "running", "w1"),
+        (second, "running", "w2"),
+    ]
+
+
+async def test_lease_expired_on_the_last_attempt_buries_the_job(
+    client: httpx.AsyncClient, engine: AsyncEngine, db_url: str
+) -> None:
+    settings = make_settings(db_url, job_lease_s=0.5)
+    sid = await new_session(client, engine)
+    calls = 0
+
+    async def counts(ctx: JobContext) -> None:
+        nonlocal calls
+        calls += 1
+
+    await enqueue(engine, "work", sid, attempts=1)
+    # The only attempt: claimed by a worker that then dies (it never reports back).
+    async with engine.begin() as conn:
+        claimed = await queue.claim(conn, worker="died", lease_s=0.5)
+    assert claimed is not None and claimed.attempts == 1
+    rescuer = worker(engine, settings, {"work": counts}, "rescuer")
+    assert await rescuer.run_once() is None  # the lease still holds
+    await asyncio.sleep(0.7)
+    job = await rescuer.run_once()
+    assert job is not None and job.attempts == 2
+    [row] = await job_rows(engine)
+    assert row["status"] == "dead" and "lease expired on the last attempt" in row["last_error"]
+    assert calls == 0  # buried, not run a second time
+    assert await rescuer.run_once() is None
+
+
+async def test_a_claim_that_fails_on_the_database_is_no_job_and_the_next_one_works(
+    client: httpx.AsyncClient, engine: AsyncEngine, settings: Settings, caplog: object
+) -> None:
+    import logging
+
+    import pytest
+
+    assert isinstance(caplog, pytest.LogCaptureFixture)
+    sid = await new_session(client, engine)
+    await enqueue(engine, "work", sid)
+    ran: list[int] = []
+
+    async def handler(ctx: JobContext) -> None:
+        ran.append(ctx.job.id)
+
+    w = worker(engine, settings, {"work": handler})
+    async with engine.begin() as conn:  # the claim's statement now fails in Postgres
+        await conn.execute(text("ALTER TABLE jobs RENAME TO jobs_away"))
+    with caplog.at_level(logging.WARNING, logger="app.jobs.worker"):
+        assert await w.run_once() is None
+    assert "job claim failed" in caplog.text
+    async with engine.begin() as conn:
+        await conn.execute(text("ALTER TABLE jobs_away RENAME TO jobs"))
+    job = await w.run_once()
+    assert job is not None and ran == [job.id]
+
+
+async def test_a_stalled_job_is_reclaimed_before_its_sessions_next_one_and_blocks_no_other(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """A session's job is running, its worker's lease has run out, and the session's next
+    job is due and sorts first. Claiming that next job would make two running jobs of one
+    session (the unique index refuses it, and every claim of every worker would fail on
+    it); instead the stalled job is reclaimed, and other sessions' jobs still run."""
+    sid = await new_session(client, engine)
+    stalled = await enqueue(engine, "work", sid)
+    async with engine.begin() as conn:
+        assert (await queue.claim(conn, worker="gone", lease_s=30)) is not None
+        await conn.execute(
+            text(
+                "UPDATE jobs SET locked_until = now() - interval '1 s',"
+                " run_after = now() + interval '1 h' WHERE id = :id"
+            ),
+            {"id": stalled},
+        )
+    due = await enqueue(engine, "work", sid)
+    other = await enqueue(engine, "work", await new_session(client, engine, "b"))
+    assert due is not None and other is not None
+
+    async def claim(name: str) -> int | None:
+        async with engine.begin() as conn:
+            job = await queue.claim(conn, worker=name, lease_s=30)
+        return None if job is None else job.id
+
+    assert {await claim("w1"), await claim("w2")} == {stalled, other}
+    assert await claim("w3") is None  # the session's next job waits for the stalled one
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE jobs SET status = 'done' WHERE id = :id"), {"id": stalled})
+    assert await claim("w3") == due
+    rows = {j["id"]: j for j in await job_rows(engine)}
+    assert (rows[stalled]["attempts"], rows[due]["attempts"], rows[other]["attempts"]) == (2, 1, 1)
