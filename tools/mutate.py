@@ -67,14 +67,18 @@ def export(rev: str, into: Path, only: str | None = None) -> None:
         tar.extractall(into, filter="data")
 
 
-def run_tests(tree: Path, tests: tuple[str, ...], timeout_s: float) -> str:
+def run_tests(tree: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, str]:
+    """("passed" | "failed" | "timeout", the first failing test)."""
     present = [t for t in tests if (tree / t.split("::")[0]).exists()]
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *present]
     try:
         done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return "timeout"
-    return "passed" if done.returncode == 0 else "failed"
+        return "timeout", ""
+    if done.returncode == 0:
+        return "passed", ""
+    failed = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    return "failed", failed[0].split("::", 1)[-1] if failed else done.stdout[-200:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"code at {args.rev} ({head}); tests at {args.tests_rev or args.rev}")
         # Mutants only mean something against tests that pass unmutated.
         every = tuple(sorted({t for m in mutations for t in m.tests}))
-        baseline = run_tests(tree, every, args.timeout * 2)
+        baseline, failing = run_tests(tree, every, args.timeout * 2)
         if baseline != "passed":
-            print(f"the unmutated tests do not pass ({baseline}); no score")
+            print(f"the unmutated tests do not pass ({baseline} {failing}); no score")
             return 2
         killed = 0
         for m in mutations:
@@ -112,13 +116,14 @@ def main(argv: list[str] | None = None) -> int:
             source.write_text(original.replace(m.old, m.new))
             t0 = time.monotonic()
             try:
-                outcome = run_tests(tree, m.tests, args.timeout)
+                outcome, by = run_tests(tree, m.tests, args.timeout)
             finally:
                 source.write_text(original)
             caught = outcome != "passed"
             killed += caught
             verdict = "killed" if caught else "SURVIVED"
-            print(f"{m.id:<32} {verdict:<8} {outcome:<8} {time.monotonic() - t0:5.0f} s  {m.why}")
+            took = time.monotonic() - t0
+            print(f"{m.id:<34} {verdict:<8} {took:4.0f} s  {by or m.why}")
             sys.stdout.flush()
         print(f"score: {killed}/{len(mutations)} killed ({100 * killed / len(mutations):.0f}%)")
     return 0
