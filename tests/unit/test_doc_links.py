@@ -1,4 +1,4 @@
-"""Links in the README and docs/ point at files of this repository, never outside it."""
+"""Links in the READMEs and docs/ point at files of this repository, never outside it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    *sorted(ROOT.glob("clients/*/README.md")),
+    *sorted(ROOT.glob("examples/**/README.md")),
+]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
