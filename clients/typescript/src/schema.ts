@@ -312,11 +312,9 @@ export interface components {
             name: string;
             /**
              * Arguments
-             * @description JSON-encoded arguments, as the OpenAI API sends them.
+             * @description JSON-encoded arguments, as the OpenAI API sends them: at most `MNEMO_MAX_CONTENT_CHARS` characters (413) and 64 levels deep (422).
              */
             arguments: string;
-        } & {
-            [key: string]: unknown;
         };
         /** MemoriesOut */
         MemoriesOut: {
@@ -488,8 +486,6 @@ export interface components {
              */
             type?: "function";
             function: components["schemas"]["FunctionCall"];
-        } & {
-            [key: string]: unknown;
         };
         /** TurnAck */
         TurnAck: {
@@ -1898,6 +1894,7 @@ export interface operations {
             path: {
                 /** @description Client-chosen session id, 1–128 of [A-Za-z0-9._:@-] */
                 session_id: string;
+                /** @description A compression event id. */
                 event_id: number;
             };
             cookie?: never;
@@ -2327,6 +2324,7 @@ export interface operations {
             path: {
                 /** @description Client-chosen user id, 1–128 of [A-Za-z0-9._:@-] */
                 user_id: string;
+                /** @description A memory id. */
                 memory_id: number;
             };
             cookie?: never;
