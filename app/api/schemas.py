@@ -6,7 +6,20 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    StringConstraints,
+    Tag,
+    TypeAdapter,
+    model_validator,
+)
 
 from app.core.limits import JSON_DEPTH, MAX_METADATA_BYTES, MAX_TOOL_CALLS, NAME_CHARS
 
@@ -90,13 +103,147 @@ class ToolCall(BaseModel):
     function: FunctionCall
 
 
+# ---- What the OpenAI SDKs send, accepted as they send it --------------------------
+# Content parts (Chat Completions and the Responses API) become one text: text parts
+# in order, any other part as a typed placeholder carrying its metadata
+# (``[image: https://…]``). Inline data (base64 images, audio, files) is never stored.
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text", "input_text", "output_text"]
+    text: Text
+    # Response-only fields of an output_text part (SDK dumps carry them): ignored.
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+class RefusalPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["refusal"]
+    refusal: Text
+
+
+class ImageUrl(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: Text
+    detail: Name | None = None
+
+
+class ImagePart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+class InputImagePart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["input_image"]
+    image_url: Text | None = None
+    file_id: Name | None = None
+    detail: Name | None = None
+
+
+class InputAudio(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    data: str
+    format: Name
+
+
+class AudioPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+class FileRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    file_data: str | None = None
+    file_id: Name | None = None
+    filename: Name | None = None
+
+
+class FilePart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["file"]
+    file: FileRef
+
+
+class InputFilePart(FileRef):
+    type: Literal["input_file"]
+    file_url: Text | None = None
+
+
+ContentPart = Annotated[
+    TextPart | RefusalPart | ImagePart | InputImagePart | AudioPart | FilePart | InputFilePart,
+    Field(discriminator="type"),
+]
+CONTENT_PARTS: TypeAdapter[list[ContentPart]] = TypeAdapter(list[ContentPart])
+
+
+def _where(url: str | None) -> str | None:
+    """A URL as a placeholder shows it; inline data only by its media type and size."""
+    if url is None or not url.startswith("data:"):
+        return url
+    media = url[5:].split(";", 1)[0].split(",", 1)[0] or "data"
+    return f"inline {media}, {len(url)} chars"
+
+
+def _placeholder(part: ContentPart) -> str:
+    match part:
+        case TextPart():
+            return part.text
+        case RefusalPart():
+            return part.refusal
+        case ImagePart():
+            detail = f" (detail: {part.image_url.detail})" if part.image_url.detail else ""
+            return f"[image: {_where(part.image_url.url)}{detail}]"
+        case InputImagePart():
+            return f"[image: {_where(part.image_url) or part.file_id or 'inline'}]"
+        case AudioPart():
+            return f"[audio: {part.input_audio.format}]"
+        case InputFilePart():
+            shown = part.filename or part.file_id or _where(part.file_url) or "inline"
+            return f"[file: {shown}]"
+        case FilePart():
+            return f"[file: {part.file.filename or part.file.file_id or 'inline'}]"
+    raise AssertionError(part)  # the discriminated union has no other member
+
+
+def content_text(value: Any) -> Any:
+    """Content as text: a list of parts is validated (errors name the part) and joined."""
+    if not isinstance(value, list):
+        return value
+    return "\n".join(_placeholder(part) for part in CONTENT_PARTS.validate_python(value))
+
+
+def developer_is_system(value: Any) -> Any:
+    return "system" if value == "developer" else value
+
+
+Content = Annotated[
+    Text | None,
+    BeforeValidator(content_text, json_schema_input_type=str | list[ContentPart] | None),
+]
+
+
 class MessageIn(BaseModel):
-    """One chat message in OpenAI format, plus Mnemo's optional fields."""
+    """One chat message in OpenAI format, plus Mnemo's optional fields.
+
+    Accepted as the OpenAI SDK produces it: ``content`` as a string or a list of parts,
+    ``role: developer`` (stored as ``system``), and the response-only fields of
+    ``ChatCompletionMessage.model_dump()`` (``refusal``, ``annotations``, ``audio``,
+    a null ``function_call``), which are ignored but for a refusal or an audio
+    transcript standing in for null content.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    role: Role
-    content: Text | None = None
+    role: Annotated[
+        Role,
+        BeforeValidator(developer_is_system, json_schema_input_type=Literal["developer"] | Role),
+    ]
+    content: Content = None
     id: ExternalId | None = Field(default=None, description="Client message id; idempotency key.")
     name: Annotated[Text, StringConstraints(max_length=NAME_CHARS)] | None = None
     tool_calls: list[ToolCall] | None = Field(default=None, max_length=MAX_TOOL_CALLS)
@@ -104,12 +251,168 @@ class MessageIn(BaseModel):
     emphasized: bool = False
     created_at: datetime | None = None
     metadata: JsonObject = Field(default_factory=dict)
+    refusal: Text | None = Field(default=None, description="Response-only; content if null.")
+    annotations: list[Any] | None = Field(default=None, description="Response-only; ignored.")
+    audio: dict[str, Any] | None = Field(
+        default=None, description="Response-only; its `transcript` is content if null."
+    )
+    function_call: None = Field(
+        default=None, description="Deprecated function calling: only null (use tool_calls)."
+    )
+
+    @model_validator(mode="after")
+    def _fill_content(self) -> MessageIn:
+        if self.content is None and self.refusal is not None:
+            self.content = self.refusal
+        transcript = (self.audio or {}).get("transcript")
+        if self.content is None and isinstance(transcript, str):
+            self.content = storable(transcript)
+        return self
+
+
+# ---- Responses API items, in the same ``messages`` list -------------------------------
+# An item with a ``type`` is a Responses item: ``message``, ``function_call`` (one
+# tool call; consecutive calls become one assistant message, as Chat Completions
+# pairs them) or ``function_call_output`` (a tool message). Null fields are ignored
+# (SDK dumps carry many); any other type or field is a 422 naming it.
+
+
+class ResponsesMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["message"]
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[Any]
+    id: ExternalId | None = None
+    status: Name | None = None  # response-only
+    phase: Name | None = None  # response-only
+
+
+def json_text(value: str) -> str:
+    """A JSON document as text (a function call's arguments), checked where it was posted."""
+    try:
+        json.loads(value)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    return value
+
+
+class FunctionCallItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function_call"]
+    call_id: Name
+    name: Name
+    arguments: Annotated[Text, AfterValidator(json_text)]
+    id: ExternalId | None = None
+    status: Name | None = None  # response-only
+    namespace: Name | None = None
+
+
+class FunctionCallOutputItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function_call_output"]
+    call_id: Name
+    output: str | list[Any]
+    id: ExternalId | None = None
+    status: Name | None = None  # response-only
+    name: Name | None = None  # the tool's name: Chat Completions tool messages have none
+    namespace: Name | None = None
+
+
+ResponsesItem = Annotated[
+    ResponsesMessage | FunctionCallItem | FunctionCallOutputItem, Field(discriminator="type")
+]
+# Keyed by position, so an error's location is the item's index in ``messages``.
+RESPONSES_ITEMS: TypeAdapter[dict[int, ResponsesItem]] = TypeAdapter(dict[int, ResponsesItem])
+
+
+def _kind(value: Any) -> str:
+    return "responses" if isinstance(value, dict) and "type" in value else "chat"
+
+
+def from_responses_items(value: Any) -> Any:
+    """Responses items in a message list become chat messages; chat messages pass."""
+    if not isinstance(value, list) or not any(_kind(v) == "responses" for v in value):
+        return value
+    items = RESPONSES_ITEMS.validate_python(
+        {
+            i: {k: v for k, v in item.items() if v is not None}
+            for i, item in enumerate(value)
+            if _kind(item) == "responses"
+        }
+    )
+    out: list[Any] = []
+    for i, item in enumerate(value):
+        parsed = items.get(i)
+        if parsed is None:
+            out.append(item)
+        elif _joins_previous(value, i):
+            out[-1]["tool_calls"].extend(_as_chat(parsed)["tool_calls"])
+        else:
+            out.append(_as_chat(parsed))
+    return out
+
+
+def _joins_previous(value: list[Any], i: int) -> bool:
+    """A function call right after another joins its assistant message."""
+    return i > 0 and all(
+        _kind(v) == "responses" and v.get("type") == "function_call" for v in value[i - 1 : i + 1]
+    )
+
+
+def posted_positions(value: list[Any]) -> list[int]:
+    """For each message ``from_responses_items`` made, the index of the item it came from."""
+    return [i for i in range(len(value)) if not _joins_previous(value, i)]
+
+
+def _as_chat(item: ResponsesMessage | FunctionCallItem | FunctionCallOutputItem) -> dict[str, Any]:
+    ident = {"id": item.id} if item.id else {}
+    match item:
+        case ResponsesMessage():
+            return {"role": item.role, "content": item.content, **ident}
+        case FunctionCallItem():
+            function = {"name": item.name, "arguments": item.arguments}
+            call = {"id": item.call_id, "type": "function", "function": function}
+            return {"role": "assistant", "content": None, "tool_calls": [call], **ident}
+        case FunctionCallOutputItem():
+            return {"role": "tool", "tool_call_id": item.call_id, "content": item.output, **ident}
+    raise AssertionError(item)
+
+
+MessageOrItem = Annotated[
+    Annotated[MessageIn, Tag("chat")] | Annotated[ResponsesItem, Tag("responses")],
+    Discriminator(_kind),
+]
 
 
 class TurnsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     user_id: ExternalId
-    messages: list[MessageIn] = Field(min_length=1)
+    messages: Annotated[
+        list[MessageIn],
+        BeforeValidator(from_responses_items, json_schema_input_type=list[MessageOrItem]),
+    ] = Field(
+        min_length=1,
+        description="Chat Completions messages, Responses API items, or both, in order.",
+        json_schema_extra={"minItems": 1},  # the input type's schema omits the bound
+    )
+    # Where each of ``messages`` was posted (grouped function calls shift indices), so
+    # later checks name the field the client sent.
+    _positions: list[int] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_positions(cls, data: Any, handler: ModelWrapValidatorHandler[TurnsIn]) -> TurnsIn:
+        model = handler(data)
+        raw = data.get("messages") if isinstance(data, dict) else None
+        model._positions = (
+            posted_positions(raw) if isinstance(raw, list) else list(range(len(model.messages)))
+        )
+        return model
+
+    def posted_index(self, i: int) -> int:
+        return self._positions[i] if i < len(self._positions) else i
 
 
 class TurnAck(BaseModel):

@@ -22,8 +22,15 @@ class Limits:
     max_content_chars: int
 
 
-def check_messages(messages: Sequence[MessageIn], limits: Limits) -> None:
-    """Raise PayloadTooLarge or InvalidInput naming every field at fault."""
+def check_messages(
+    messages: Sequence[MessageIn], limits: Limits, *, posted: Sequence[int] | None = None
+) -> None:
+    """Raise PayloadTooLarge or InvalidInput naming every field at fault.
+
+    ``posted[i]`` is where message ``i`` stood in the request (Responses items that were
+    grouped into one message shift the indices); by default, ``i`` itself.
+    """
+    where = posted if posted is not None else range(len(messages))
     if len(messages) > limits.max_messages:
         raise PayloadTooLarge(
             f"{len(messages)} messages in one request; the limit is {limits.max_messages}",
@@ -36,12 +43,12 @@ def check_messages(messages: Sequence[MessageIn], limits: Limits) -> None:
     oversize = [
         FieldError(at, f"{size} characters; the limit is {limits.max_content_chars}", "too_long")
         for i, m in enumerate(messages)
-        for at, size in _long_texts(i, m)
+        for at, size in _long_texts(where[i], m)
         if size > limits.max_content_chars
     ]
     if oversize:
         raise PayloadTooLarge("message content over the size limit", oversize)
-    errors = [error for i, m in enumerate(messages) for error in _message_errors(i, m)]
+    errors = [error for i, m in enumerate(messages) for error in _message_errors(where[i], m)]
     if errors:
         raise InvalidInput(f"{len(errors)} invalid field(s) in messages", errors)
 

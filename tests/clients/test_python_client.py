@@ -172,7 +172,7 @@ def test_the_client_passes_strict_typing_and_lint() -> None:
     bin_dir = Path(sys.executable).parent
     for argv in (
         [sys.executable, "-m", "mypy", "--strict", str(package)],
-        [str(bin_dir / "ruff"), "check", str(package)],
+        [str(bin_dir / "ruff"), "check", str(package), str(ROOT / "examples")],
     ):
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stdout + done.stderr

@@ -56,6 +56,7 @@ async def post_turns(
     check_messages(
         body.messages,
         Limits(settings.max_messages_per_request, settings.max_content_chars),
+        posted=[body.posted_index(i) for i in range(len(body.messages))],
     )
     if len(body.messages) > THREAD_COUNT_THRESHOLD:
         turns = await anyio.to_thread.run_sync(ingest.prepare, body.messages, count_message_tokens)

@@ -268,6 +268,15 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AudioPart */
+        AudioPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "input_audio";
+            input_audio: components["schemas"]["InputAudio"];
+        };
         /** ContextBlock */
         ContextBlock: {
             /** Kind */
@@ -306,6 +315,24 @@ export interface components {
              */
             memory_ids?: number[];
         };
+        /** FilePart */
+        FilePart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "file";
+            file: components["schemas"]["FileRef"];
+        };
+        /** FileRef */
+        FileRef: {
+            /** File Data */
+            file_data?: string | null;
+            /** File Id */
+            file_id?: string | null;
+            /** Filename */
+            filename?: string | null;
+        };
         /** FunctionCall */
         FunctionCall: {
             /** Name */
@@ -315,6 +342,99 @@ export interface components {
              * @description JSON-encoded arguments, as the OpenAI API sends them: at most `MNEMO_MAX_CONTENT_CHARS` characters (413) and 64 levels deep (422).
              */
             arguments: string;
+        };
+        /** FunctionCallItem */
+        FunctionCallItem: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "function_call";
+            /** Call Id */
+            call_id: string;
+            /** Name */
+            name: string;
+            /** Arguments */
+            arguments: string;
+            /** Id */
+            id?: string | null;
+            /** Status */
+            status?: string | null;
+            /** Namespace */
+            namespace?: string | null;
+        };
+        /** FunctionCallOutputItem */
+        FunctionCallOutputItem: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "function_call_output";
+            /** Call Id */
+            call_id: string;
+            /** Output */
+            output: string | unknown[];
+            /** Id */
+            id?: string | null;
+            /** Status */
+            status?: string | null;
+            /** Name */
+            name?: string | null;
+            /** Namespace */
+            namespace?: string | null;
+        };
+        /** ImagePart */
+        ImagePart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "image_url";
+            image_url: components["schemas"]["ImageUrl"];
+        };
+        /** ImageUrl */
+        ImageUrl: {
+            /** Url */
+            url: string;
+            /** Detail */
+            detail?: string | null;
+        };
+        /** InputAudio */
+        InputAudio: {
+            /** Data */
+            data: string;
+            /** Format */
+            format: string;
+        };
+        /** InputFilePart */
+        InputFilePart: {
+            /** File Data */
+            file_data?: string | null;
+            /** File Id */
+            file_id?: string | null;
+            /** Filename */
+            filename?: string | null;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "input_file";
+            /** File Url */
+            file_url?: string | null;
+        };
+        /** InputImagePart */
+        InputImagePart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "input_image";
+            /** Image Url */
+            image_url?: string | null;
+            /** File Id */
+            file_id?: string | null;
+            /** Detail */
+            detail?: string | null;
         };
         /** MemoriesOut */
         MemoriesOut: {
@@ -391,15 +511,18 @@ export interface components {
         /**
          * MessageIn
          * @description One chat message in OpenAI format, plus Mnemo's optional fields.
+         *
+         *     Accepted as the OpenAI SDK produces it: ``content`` as a string or a list of parts,
+         *     ``role: developer`` (stored as ``system``), and the response-only fields of
+         *     ``ChatCompletionMessage.model_dump()`` (``refusal``, ``annotations``, ``audio``,
+         *     a null ``function_call``), which are ignored but for a refusal or an audio
+         *     transcript standing in for null content.
          */
         MessageIn: {
-            /**
-             * Role
-             * @enum {string}
-             */
-            role: "system" | "user" | "assistant" | "tool";
+            /** Role */
+            role: "developer" | ("system" | "user" | "assistant" | "tool");
             /** Content */
-            content?: string | null;
+            content?: string | (components["schemas"]["TextPart"] | components["schemas"]["RefusalPart"] | components["schemas"]["ImagePart"] | components["schemas"]["InputImagePart"] | components["schemas"]["AudioPart"] | components["schemas"]["FilePart"] | components["schemas"]["InputFilePart"])[] | null;
             /**
              * Id
              * @description Client message id; idempotency key.
@@ -422,6 +545,28 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /**
+             * Refusal
+             * @description Response-only; content if null.
+             */
+            refusal?: string | null;
+            /**
+             * Annotations
+             * @description Response-only; ignored.
+             */
+            annotations?: unknown[] | null;
+            /**
+             * Audio
+             * @description Response-only; its `transcript` is content if null.
+             */
+            audio?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Function Call
+             * @description Deprecated function calling: only null (use tool_calls).
+             */
+            function_call?: null;
         };
         /** Problem */
         Problem: {
@@ -437,6 +582,37 @@ export interface components {
             errors?: {
                 [key: string]: unknown;
             }[] | null;
+        };
+        /** RefusalPart */
+        RefusalPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "refusal";
+            /** Refusal */
+            refusal: string;
+        };
+        /** ResponsesMessage */
+        ResponsesMessage: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "message";
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "system" | "developer" | "user" | "assistant";
+            /** Content */
+            content: string | unknown[];
+            /** Id */
+            id?: string | null;
+            /** Status */
+            status?: string | null;
+            /** Phase */
+            phase?: string | null;
         };
         /** SessionOut */
         SessionOut: {
@@ -474,6 +650,20 @@ export interface components {
             updated_at: string | null;
             /** Rendered */
             rendered: string;
+        };
+        /** TextPart */
+        TextPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "input_text" | "output_text" | "text";
+            /** Text */
+            text: string;
+            /** Annotations */
+            annotations?: unknown[] | null;
+            /** Logprobs */
+            logprobs?: unknown[] | null;
         };
         /** ToolCall */
         ToolCall: {
@@ -539,8 +729,11 @@ export interface components {
         TurnsIn: {
             /** User Id */
             user_id: string;
-            /** Messages */
-            messages: components["schemas"]["MessageIn"][];
+            /**
+             * Messages
+             * @description Chat Completions messages, Responses API items, or both, in order.
+             */
+            messages: (components["schemas"]["MessageIn"] | (components["schemas"]["ResponsesMessage"] | components["schemas"]["FunctionCallItem"] | components["schemas"]["FunctionCallOutputItem"]))[];
         };
         /** TurnsOut */
         TurnsOut: {

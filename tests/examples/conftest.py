@@ -1,0 +1,1 @@
+from tests.clients.conftest import server  # noqa: F401  (one `mnemo serve` per module)
