@@ -73,6 +73,11 @@ def plan(snap: repo.Snapshot, *, manual: bool, working_window: int) -> Plan:
     return Plan(tier=tier_for(done), turns=chosen)
 
 
+def _dropped_note(dropped: int) -> str:
+    """Recorded in the event: units (or turns) left out because they failed validation."""
+    return f" [{dropped} unit(s) dropped: failed validation]" if dropped else ""
+
+
 def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
     settings = deps.settings
 
@@ -128,7 +133,8 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
             "fallback_reason": result.fallback_reason,
             "units": dump_units(result.units),
             "rendered_state": rendered,
-            "change_summary": change_summary,
+            "change_summary": change_summary + _dropped_note(result.dropped),
+            "dropped_units": result.dropped,
             "job_id": ctx.job.id,
         }
 

@@ -38,6 +38,7 @@ from app.compression.ledger import FULL_LEDGER_CALLS, Detail, ledger_lines
 from app.compression.state import Language, Note, TaskState
 from app.compression.text import clip
 from app.compression.text import detect_language as _detect
+from app.compression.untrusted import neutral_state
 from app.core.tokens import count_tokens as _count_tokens
 
 TokenCounter = Callable[[str], int]
@@ -163,6 +164,7 @@ def render(
     min_activity: float = DEFAULT_MIN_ACTIVITY,
 ) -> str:
     """The state as prompt text ('' when there is nothing to say)."""
+    state = neutral_state(state)  # text from turns stays data: one line each, output quoted
     lang = language if language in LABELS else (state.language or "en")
     lab = LABELS[lang]
     title = lab["title"].format(n=state.last_seq)

@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from app.compression.text import param_key
+from app.core.bounded import JsonBudget, clip_fields
+from app.core.limits import NAME_CHARS
 
 Language = Literal["zh", "en"]
 ResultType = Literal["object", "list", "text", "number", "boolean", "null", "empty", "error"]
@@ -50,19 +52,34 @@ class TurnView:
 
 # --------------------------------------------------------------------------- units
 
-_SeqList = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+# Every text field of a unit is bounded, and ``_UnitBase`` clips its input to these
+# bounds (``core/bounded.py``): text copied out of a turn never fails a unit for its
+# length, which would fail the compression and every later one of the session.
+_SeqList = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1, max_length=1000)]
 _Text = Annotated[str, Field(min_length=1, max_length=2000)]
+_Short = Annotated[str, Field(max_length=NAME_CHARS)]
+_KEY_CHARS = 400
+_VALUE_CHARS = 2048  # a pre-signed URL fits; past the usual 2 KB URL limit it is cut
 
 
 class _UnitBase(BaseModel):
     # strict: an LLM that answers "emphasized": "yes" is wrong, not coerced.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # hide_input_in_errors: a validation error (logged, kept as a job's last_error)
+    # must not quote the text it was given.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, hide_input_in_errors=True)
 
     source_seqs: _SeqList = Field(description="Seqs of the turns this unit comes from.")
     emphasized: bool = False
     key: str | None = Field(
-        default=None, description="Optional dedup key; derived from the text when omitted."
+        default=None,
+        max_length=_KEY_CHARS,
+        description="Optional dedup key; derived from the text when omitted.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _clip_to_limits(cls, data: Any) -> Any:
+        return clip_fields(cls, data) if isinstance(data, dict) else data
 
 
 class GoalUnit(_UnitBase):
@@ -80,16 +97,23 @@ class ConstraintUnit(_UnitBase):
 
 class ActionUnit(_UnitBase):
     kind: Literal["action"] = "action"
-    tool: Annotated[str, Field(min_length=1, max_length=200)]
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    status: ActionStatus
-    result_summary: str = ""
-    result_type: ResultType = "empty"
-    ref_paths: list[str] = Field(
-        default_factory=list, description="JSONPaths of notable fields in the result, e.g. $.pnr"
+    # As long as ingest allows a function name: a name that was accepted can be recorded.
+    tool: Annotated[str, Field(min_length=1, max_length=NAME_CHARS)]
+    arguments: Annotated[dict[str, Any], JsonBudget()] = Field(
+        default_factory=dict, description="The call's arguments, long values clipped."
     )
-    result_keys: list[str] = Field(default_factory=list, description="Top-level result keys.")
-    call_id: str | None = None
+    status: ActionStatus
+    result_summary: str = Field(default="", max_length=_VALUE_CHARS)
+    result_type: ResultType = "empty"
+    ref_paths: list[_Short] = Field(
+        default_factory=list,
+        max_length=50,
+        description="JSONPaths of notable fields in the result, e.g. $.pnr",
+    )
+    result_keys: list[_Short] = Field(
+        default_factory=list, max_length=50, description="Top-level result keys."
+    )
+    call_id: str | None = Field(default=None, max_length=NAME_CHARS)
     at: datetime | None = Field(default=None, strict=False)
 
 
@@ -97,14 +121,18 @@ class ParameterUnit(_UnitBase):
     kind: Literal["parameter"] = "parameter"
     name: Annotated[str, Field(min_length=1, max_length=120)]
     value: Annotated[str, Field(min_length=1, max_length=500)]
-    previous: str | None = Field(default=None, description="The value stated as replaced.")
+    previous: str | None = Field(
+        default=None, max_length=500, description="The value stated as replaced."
+    )
 
 
 class ArtifactUnit(_UnitBase):
     kind: Literal["artifact"] = "artifact"
     artifact_kind: ArtifactKind
-    value: Annotated[str, Field(min_length=1, max_length=500)]
-    label: str | None = Field(default=None, description="Where it came from, e.g. 'pnr'.")
+    value: Annotated[str, Field(min_length=1, max_length=_VALUE_CHARS)]
+    label: str | None = Field(
+        default=None, max_length=NAME_CHARS, description="Where it came from, e.g. 'pnr'."
+    )
 
 
 class DecisionUnit(_UnitBase):
@@ -116,7 +144,7 @@ class TodoUnit(_UnitBase):
     kind: Literal["todo"] = "todo"
     text: _Text
     status: Literal["open", "done"] = "open"
-    missing_prerequisites: list[str] = Field(default_factory=list)
+    missing_prerequisites: list[_Short] = Field(default_factory=list, max_length=20)
 
 
 class PendingUnit(_UnitBase):
@@ -128,7 +156,9 @@ class ResolutionUnit(_UnitBase):
     kind: Literal["resolution"] = "resolution"
     answer: _Text
     target: str | None = Field(
-        default=None, description="Key or text of the pending item; None = the latest one."
+        default=None,
+        max_length=_KEY_CHARS,
+        description="Key or text of the pending item; None = the latest one.",
     )
 
 
@@ -137,6 +167,7 @@ class RevocationUnit(_UnitBase):
     text: _Text
     target: str | None = Field(
         default=None,
+        max_length=_KEY_CHARS,
         description="Key or text of the constraint/todo revoked; None = the latest one.",
     )
 
@@ -192,7 +223,7 @@ Unit = Annotated[
 class UnitBatch(BaseModel):
     """The envelope an LLM extractor must produce: ``{"units": [...]}``."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
 
     units: list[Unit]
 
@@ -210,6 +241,25 @@ def parse_units(payload: str | bytes | dict[str, Any]) -> list[Unit]:
     if isinstance(payload, str | bytes):
         return UnitBatch.model_validate_json(payload).units
     return UnitBatch.model_validate(payload).units
+
+
+def admit_units(units: list[Unit]) -> tuple[list[Unit], int]:
+    """The units that validate against their model as dumped, and how many did not.
+
+    The step between extraction and merge: a unit an extractor built around its
+    model's validation (``model_construct``, a mutated copy) is dropped and counted
+    here instead of failing the merge, the state's JSON or a later compression.
+    """
+    kept: list[Unit] = []
+    for unit in units:
+        try:
+            kept.append(_UNIT_ADAPTER.validate_python(unit.model_dump()))
+        except (ValidationError, TypeError, ValueError):
+            continue
+    return kept, len(units) - len(kept)
+
+
+_UNIT_ADAPTER: TypeAdapter[Unit] = TypeAdapter(Unit)
 
 
 def dump_units(units: list[Unit]) -> list[dict[str, Any]]:

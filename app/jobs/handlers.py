@@ -68,6 +68,8 @@ def build_handlers(
         metrics.compression_duration.labels(event["extractor"]).observe(event["duration_ms"] / 1000)
         if event["fallback_reason"]:
             metrics.extractor_fallbacks.inc()
+        if event.get("dropped_units"):
+            metrics.units_dropped.inc(event["dropped_units"])
 
     compression = CompressionDeps(
         settings=settings,

@@ -3,12 +3,20 @@
 Selection is conservative because a wrong long-term memory outlives the
 session that produced it and is shown to every later one:
 
-* high-stakes items (allergies, medical, payment…) always, pinned;
+* high-stakes items (allergies, medical, payment…) always, as high-stakes
+  memories that expire like any other unless restated: only the API pins a
+  memory forever (``POST /memories`` with ``"pinned": true``);
 * preferences only when emphasised, stated as standing ("always", "以后", …)
   or seen in ≥ 2 turns; constraints only when stated as standing rules;
 * facts only when they describe the user (profile), under the same gate;
 * task parameters, artifacts, decisions and individual actions never: they are
   this task's, not the user's. A finished goal becomes one "episode".
+
+Promoted text is untrusted: it is what a user or a tool said, and a memory is
+shown in the system message of the user's later sessions. So a candidate is one
+line of at most ``MEMORY_CHARS`` characters, and text that addresses the model
+rather than describing the user (role labels, "ignore your instructions",
+"SYSTEM NOTE", their Chinese forms) is never promoted.
 
 ``decide`` then merges one candidate into the user's memories: a restatement
 confirms, a contradiction supersedes, anything else is inserted.
@@ -22,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from app.compression.state import Item, TaskState
+from app.compression.untrusted import one_line
 from app.memories.embed import cosine
 from app.memories.lexical import jaccard, lexical_terms, normalize
 
@@ -32,6 +41,34 @@ Kind = Literal["preference", "profile", "rule", "high_stakes", "episode"]
 # why contradictions are detected before similarity is trusted.
 RESTATEMENT_THRESHOLD = 0.85
 _EPISODE_MAX_CHARS = 400
+MEMORY_CHARS = 500
+
+# Text that speaks to the model instead of about the user, by family of phrasing:
+# chat-role labels and template tokens; "system note/prompt/message"; an order to
+# drop or replace the instructions (verb, up to a few modifiers, what is dropped);
+# role-play and mode switches. English and Chinese.
+_ADDRESSES_MODEL = re.compile(
+    r"(?:^|[^\w])(?:system|assistant|developer)\s{0,3}[:：]"
+    r"|<\|?(?:im_start|im_end|system|endoftext)\|?>|\[/?inst\]|<</?sys>>"
+    r"|\bsystem\s(?:note|notice|prompt|message|instruction|override|update|command)s?\b"
+    r"|\b(?:developer|god|admin|dan)\smode\b|\bjailbreak"
+    r"|\b(?:ignore|disregard|forget|override|bypass|overrule)\s"
+    r"(?:(?:all|any|every|the|your|my|its|these|those|previous|prior|above|earlier|former|"
+    r"original|existing|system|other|of)\s){0,4}"
+    r"(?:instructions?|prompts?|rules|guidelines|directives?|directions|guardrails|"
+    r"programming|training|policies)\b"
+    r"|\bnew\s(?:instructions?|directives?|rules)\s{0,3}[:：]|\bnew\ssystem\sprompt\b"
+    r"|\byou\s(?:are|will\sbe)\snow\s(?:a|an|the|in|my|no\slonger)\b"
+    r"|(?:忽略|无视|忽视|忘记|忘掉|不要理会|别管|覆盖|绕过)"
+    r"[^。！？\n]{0,8}?(?:指令|指示|提示词?|规则|设定|约束|要求)"
+    r"|系统(?:提示|消息|指令|通知|备注|说明)|开发者模式|越狱|你现在是|从现在起你是"
+)
+
+
+def addresses_model(text: str) -> bool:
+    """Whether ``text`` speaks to the model (an injected instruction), not about the user."""
+    return bool(_ADDRESSES_MODEL.search(normalize(text)))
+
 
 _STANDING = re.compile(
     r"\b(?:always|never|every ?time|whenever|from now on|in general|generally|usually|"
@@ -55,11 +92,11 @@ class Candidate:
     emphasized: bool
 
 
-def _candidate(item: Item, kind: Kind, *, pinned: bool = False) -> Candidate:
+def _candidate(item: Item, kind: Kind) -> Candidate:
     return Candidate(
-        text=" ".join(item.text.split()),
+        text=one_line(item.text, MEMORY_CHARS),
         kind=kind,
-        pinned=pinned,
+        pinned=False,
         source_seqs=sorted(set(item.source_seqs)),
         emphasized=item.emphasized,
     )
@@ -83,15 +120,14 @@ def _episode(state: TaskState) -> Candidate | None:
         text = f"已完成：{state.goal.text}。完成的操作：{steps}"
     else:
         text = f"Completed: {state.goal.text}. Done: {steps}"
-    if len(text) > _EPISODE_MAX_CHARS:
-        text = text[: _EPISODE_MAX_CHARS - 1] + "…"
+    text = one_line(text, _EPISODE_MAX_CHARS)
     seqs = {*state.goal.source_seqs, *(s for a in done for s in a.source_seqs or [a.seq])}
     return Candidate(text, "episode", False, sorted(seqs), state.goal.emphasized)
 
 
 def select_candidates(state: TaskState) -> list[Candidate]:
     """Long-term memory candidates in a session's state (see the module rules)."""
-    found: list[Candidate] = [_candidate(h, "high_stakes", pinned=True) for h in state.high_stakes]
+    found: list[Candidate] = [_candidate(h, "high_stakes") for h in state.high_stakes]
     found += [
         _candidate(p, "preference")
         for p in state.preferences
@@ -111,7 +147,8 @@ def select_candidates(state: TaskState) -> list[Candidate]:
         found.append(episode)
     unique: dict[str, Candidate] = {}
     for candidate in found:  # first wins: high-stakes outrank a duplicate preference
-        unique.setdefault(normalize(candidate.text), candidate)
+        if not addresses_model(candidate.text):
+            unique.setdefault(normalize(candidate.text), candidate)
     return list(unique.values())
 
 

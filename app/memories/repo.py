@@ -207,11 +207,13 @@ LEXICAL = text(f"""
     ORDER BY scored.score DESC, m.id
 """)
 
+# pinned_high_stakes: the high-stakes memories every context shows, the pinned ones
+# (pinned through the API, never expire) first, then promoted ones (they expire).
 PINNED_HIGH_STAKES = text(f"""
     SELECT {MEMORY_COLUMNS} FROM memories m
-    WHERE m.user_id = :user_pk AND m.superseded_by IS NULL AND m.pinned
-      AND m.kind = 'high_stakes'
-    ORDER BY m.created_at
+    WHERE m.user_id = :user_pk AND m.superseded_by IS NULL AND m.kind = 'high_stakes'
+      AND (m.expires_at IS NULL OR m.expires_at > now())
+    ORDER BY m.pinned DESC, m.created_at
     LIMIT 20
 """)
 

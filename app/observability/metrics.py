@@ -64,6 +64,11 @@ class Metrics:
             "LLM extraction failures that fell back to rules",
             registry=r,
         )
+        self.units_dropped = Counter(
+            "mnemo_units_dropped_total",
+            "Extracted units (or turns) left out of a compression because they failed validation",
+            registry=r,
+        )
         self.jobs = Counter("mnemo_jobs_total", "Job outcomes", ["kind", "outcome"], registry=r)
         self.queue_depth = Gauge("mnemo_job_queue_depth", "Jobs by status", ["status"], registry=r)
         self.queue_oldest_age = Gauge(

@@ -18,6 +18,7 @@ from app.api.deps import (
 )
 from app.api.problems import COMMON_PROBLEMS
 from app.api.schemas import MemoriesOut, MemoryIn, MemoryKind, MemoryPublic, QueryText
+from app.compression.untrusted import one_line
 from app.core.errors import NotFound
 from app.memories import repo
 from app.memories.repo import MemoryRow
@@ -57,7 +58,7 @@ async def create_memory(
             conn,
             tenant=tenant,
             user=user_id,
-            text=" ".join(body.text.split()),
+            text=one_line(body.text),
             kind=body.kind,
             pinned=body.pinned,
             ttl_days=body.ttl_days or settings.memory_ttl_days,

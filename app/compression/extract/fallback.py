@@ -3,6 +3,11 @@
 A failed LLM is never mistaken for "nothing to extract": the rule extractor runs
 instead, and the result says which extractor produced the units and why the
 primary was abandoned, so the compression event can record it.
+
+Whatever the extractor, its units pass ``admit_units`` before the merge: a unit
+that fails its model is dropped and counted, never failing the job. A turn that
+makes the rule extractor itself fail validation is left out (its units only), so
+one poisoned turn cannot stop every later compression of its session.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from pydantic import ValidationError
+
 from app.compression.extract.base import Extractor
-from app.compression.state import TaskState, TurnView, Unit
+from app.compression.state import TaskState, TurnView, Unit, admit_units
 from app.providers.llm import LLMError
 
 log = logging.getLogger(__name__)
@@ -43,6 +50,7 @@ class ExtractionResult:
     extractor: str  # name of the extractor whose units these are
     fallback_reason: str | None  # why the primary was abandoned; None if not
     attempts: int  # calls made to the primary (0 without one); the fallback runs once
+    dropped: int = 0  # units that failed validation, plus turns left out for it
 
 
 async def extract_with_fallback(
@@ -51,9 +59,24 @@ async def extract_with_fallback(
     turns: Sequence[TurnView],
     state: TaskState,
 ) -> ExtractionResult:
+    result = await _extract(primary, fallback, turns, state)
+    units, dropped = admit_units(result.units)
+    if dropped:
+        log.warning("dropped %s unit(s) that failed validation", dropped)
+    return ExtractionResult(
+        units, result.extractor, result.fallback_reason, result.attempts, dropped + result.dropped
+    )
+
+
+async def _extract(
+    primary: Extractor | None,
+    fallback: Extractor,
+    turns: Sequence[TurnView],
+    state: TaskState,
+) -> ExtractionResult:
     if primary is None:
-        units = await fallback.extract(turns, state)
-        return ExtractionResult(units, fallback.name, None, 0)
+        units, skipped = await _isolating(fallback, turns, state)
+        return ExtractionResult(units, fallback.name, None, 0, skipped)
     try:
         if isinstance(primary, CountsAttempts):
             units, attempts = await primary.extract_counted(turns, state)
@@ -65,6 +88,28 @@ async def extract_with_fallback(
     except LLMError as exc:
         reason, attempts = f"{primary.name}: {exc}", 1
     log.warning("extractor %s failed, using %s: %s", primary.name, fallback.name, reason)
-    # An error in the fallback propagates: the job fails and is retried.
-    units = await fallback.extract(turns, state)
-    return ExtractionResult(units, fallback.name, reason, attempts)
+    # Any other error in the fallback propagates: the job fails and is retried.
+    units, skipped = await _isolating(fallback, turns, state)
+    return ExtractionResult(units, fallback.name, reason, attempts, skipped)
+
+
+async def _isolating(
+    extractor: Extractor, turns: Sequence[TurnView], state: TaskState
+) -> tuple[list[Unit], int]:
+    """The extractor's units, leaving out the turns on which it fails validation."""
+    try:
+        return await extractor.extract(turns, state), 0
+    except ValidationError:
+        pass
+    poisoned = set()
+    for turn in turns:
+        try:
+            await extractor.extract([turn], state)
+        except ValidationError:
+            poisoned.add(turn.seq)
+    log.warning("left out turn(s) %s: their units fail validation", sorted(poisoned))
+    rest = [turn for turn in turns if turn.seq not in poisoned]
+    try:
+        return await extractor.extract(rest, state), len(poisoned)
+    except ValidationError:  # only in combination: give up on this slice's units
+        return [], len(turns)

@@ -33,6 +33,8 @@ from app.compression.state import (
     units_json_schema,
 )
 from app.compression.text import clip, param_key, text_key
+from app.compression.untrusted import one_line
+from app.core.limits import NAME_CHARS
 from app.jobs.retry import GiveUp, decide_retry
 from app.providers.llm import ChatClient, LLMBadResponse, LLMUnavailable
 
@@ -244,8 +246,10 @@ def _render_call(call: dict[str, Any]) -> str:
     arguments = function.get("arguments", "")
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments, ensure_ascii=False)
-    name = function.get("name", "?")
-    return f"  -> call {call.get('id', '?')} {name}({_truncate(arguments, _ARGUMENT_CHARS)})"
+    # Names and ids are the poster's text: one line each, so they cannot forge a turn header.
+    name = one_line(str(function.get("name", "?")), NAME_CHARS)
+    call_id = one_line(str(call.get("id", "?")), NAME_CHARS)
+    return f"  -> call {call_id} {name}({_truncate(arguments, _ARGUMENT_CHARS)})"
 
 
 def render_turns(turns: Sequence[TurnView], *, tool_result_chars: int = TOOL_RESULT_CHARS) -> str:
@@ -256,8 +260,8 @@ def render_turns(turns: Sequence[TurnView], *, tool_result_chars: int = TOOL_RES
         mark = " (emphasized)" if turn.emphasized else ""
         content = turn.content or ""
         if turn.role == "tool":
-            call_id = turn.tool_call_id or "?"
-            name = turn.name or names.get(call_id, "?")
+            call_id = one_line(turn.tool_call_id or "?", NAME_CHARS)
+            name = one_line(turn.name or names.get(turn.tool_call_id or "?", "?"), NAME_CHARS)
             head = f"[seq {turn.seq}] tool result of {call_id} {name}{mark}"
             lines.append(f"{head}: {_truncate(content, tool_result_chars)}")
             continue
