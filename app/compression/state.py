@@ -271,8 +271,10 @@ def dump_units(units: list[Unit]) -> list[dict[str, Any]]:
 
 
 class _StateModel(BaseModel):
-    # Lenient on read: JSONB written by another version must still load.
-    model_config = ConfigDict(extra="ignore", validate_assignment=False)
+    # Lenient on read: JSONB written by another version must still load. A state that
+    # does not load fails its job; the error (logged, kept as the job's last_error)
+    # must not quote the session's text.
+    model_config = ConfigDict(extra="ignore", validate_assignment=False, hide_input_in_errors=True)
 
 
 class Item(_StateModel):

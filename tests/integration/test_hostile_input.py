@@ -237,6 +237,11 @@ async def test_failed_compression_answers_without_the_job_error(
     assert r.status_code == 500
     assert r.json()["type"].endswith("compression-failed")
     assert "SECRET-GOAL" not in r.text and "error id" in r.json()["detail"]
+    # The job's recorded error (and so the log line) names the fault, not the text.
+    async with engine.connect() as conn:
+        errors = (await conn.execute(text("SELECT last_error FROM jobs"))).scalars().all()
+    assert any(e and "Field required" in e for e in errors), errors
+    assert not any(e and "SECRET-GOAL" in e for e in errors)
 
 
 # ---------------------------------------------- findings 4 and 5, through the worker
