@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.clients.conftest import ROOT
+from tests.clients.conftest import NODE, ROOT, build_typescript, needs_node, run
 from tests.e2e.conftest import Server
 from tests.fakes.openai_server import ScriptedLLM, ok, raw, serve_scripted_llm
 
@@ -69,30 +69,39 @@ def assert_the_loop_went_through_mnemo(llm: ScriptedLLM, server: Server, session
     assert turns[-1]["content"] == ANSWER
 
 
+def example_env(server: Server, llm: ScriptedLLM, session: str) -> dict[str, str]:
+    """What a user sets to run an example: where Mnemo and the model are."""
+    env = {k: v for k, v in os.environ.items() if k != "MNEMO_API_KEY"}
+    env.update(
+        MNEMO_URL=server.url,
+        OPENAI_BASE_URL=llm.base_url,
+        OPENAI_API_KEY="sk-scripted",
+        SESSION_ID=session,
+        PYTHONPATH=str(ROOT / "clients" / "python"),
+    )
+    return env
+
+
 def test_python_agent_loop(server: Server) -> None:
     session = f"py-{uuid.uuid4().hex[:8]}"
     with serve_scripted_llm() as llm:
         script_flight_search(llm)
-        env = {
-            **os.environ,
-            "MNEMO_URL": server.url,
-            "OPENAI_BASE_URL": llm.base_url,
-            "OPENAI_API_KEY": "sk-scripted",
-            "SESSION_ID": session,
-            "PYTHONPATH": str(ROOT / "clients" / "python"),
-        }
-        done = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "examples" / "python" / "agent.py"),
-                "Find me a flight to Lisbon.",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == ANSWER
+        agent = ROOT / "examples" / "python" / "agent.py"
+        argv = [sys.executable, str(agent), "Find me a flight to Lisbon."]
+        out = run(argv, ROOT, example_env(server, llm, session))
+        assert out.strip() == ANSWER
+        assert_the_loop_went_through_mnemo(llm, server, session)
+
+
+@needs_node
+def test_typescript_agent_loop(server: Server, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"  # the example depends on ../../clients/typescript
+    build_typescript(ROOT / "clients" / "typescript", repo / "clients" / "typescript")
+    example = build_typescript(ROOT / "examples" / "typescript", repo / "examples" / "typescript")
+    session = f"ts-{uuid.uuid4().hex[:8]}"
+    with serve_scripted_llm() as llm:
+        script_flight_search(llm)
+        env = example_env(server, llm, session)
+        out = run([str(NODE), "dist/agent.js", "Find me a flight to Lisbon."], example, env)
+        assert out.strip() == ANSWER
         assert_the_loop_went_through_mnemo(llm, server, session)
