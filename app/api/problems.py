@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -132,16 +133,19 @@ def install(app: FastAPI) -> None:
         return problem(422, "Invalid input", f"invalid field(s): {fields}", "validation", errors)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc.__cause__, RecursionError):  # FastAPI's body parse, too deep
             return _too_deep_problem()
         # Keep the exception's headers: a 405 must say what is Allowed (RFC 9110).
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = _allowed_methods(app, request)
         return problem(
             exc.status_code,
             str(exc.detail),
             str(exc.detail),
             f"http-{exc.status_code}",
-            headers=dict(exc.headers or {}),
+            headers=headers,
         )
 
     @app.exception_handler(DBAPIError)
@@ -173,6 +177,18 @@ def _too_deep_problem() -> JSONResponse:
     # Nesting beyond what the parsers handle is bad input, not a server fault.
     error = {"loc": ["body"], "field": "body", "msg": "nested too deeply", "type": "too_deep"}
     return problem(422, "Invalid input", "JSON nested too deeply", "validation", [error])
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> str:
+    """The documented methods of the request's path (Starlette's 405 names one route's)."""
+    path = request.url.path
+    methods = {
+        method.upper()
+        for template, operations in app.openapi()["paths"].items()
+        if re.fullmatch(re.sub(r"\{[^}/]+\}", "[^/]+", template), path)
+        for method in operations
+    }
+    return ", ".join(sorted(methods))
 
 
 def _database_problem(exc: BaseException) -> JSONResponse:

@@ -281,7 +281,7 @@ class ResponsesMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["message"]
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[Any]
+    content: Content  # a string or parts, as in a chat message
     id: ExternalId | None = None
     status: Name | None = None  # response-only
     phase: Name | None = None  # response-only
@@ -313,7 +313,7 @@ class FunctionCallOutputItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["function_call_output"]
     call_id: Name
-    output: str | list[Any]
+    output: Content
     id: ExternalId | None = None
     status: Name | None = None  # response-only
     name: Name | None = None  # the tool's name: Chat Completions tool messages have none

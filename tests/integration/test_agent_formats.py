@@ -207,6 +207,10 @@ async def test_a_refusal_stands_in_for_null_content(client: httpx.AsyncClient) -
             {"type": "function_call_output", "call_id": "c", "output": "x", "extra": 1},
             "body.messages.0.function_call_output.extra",
         ),
+        (
+            {"type": "message", "role": "user", "content": [{"type": "input_text"}]},
+            "body.messages.0.message.content.0.input_text.text",
+        ),
     ],
 )
 async def test_anything_else_is_a_422_naming_the_field(
@@ -221,9 +225,7 @@ async def test_anything_else_is_a_422_naming_the_field(
 async def test_errors_after_grouped_calls_name_the_posted_position(
     client: httpx.AsyncClient,
 ) -> None:
-    calls = [
-        {"type": "function_call", "call_id": c, "name": "f", "arguments": "{}"} for c in "ab"
-    ]
+    calls = [{"type": "function_call", "call_id": c, "name": "f", "arguments": "{}"} for c in "ab"]
     r = await post_turns(client, "s-6", [*calls, {"role": "tool", "content": "done"}])
     assert r.status_code == 422
     assert [e["field"] for e in r.json()["errors"]] == ["body.messages.2.tool_call_id"]

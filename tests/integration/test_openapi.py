@@ -130,4 +130,7 @@ async def test_an_unsupported_method_says_which_are_allowed(client: httpx.AsyncC
     r = await client.request("TRACE", "/v1/sessions/s-1/context")
     assert r.status_code == 405
     assert r.headers["allow"] == "GET"
+    # Two routes share this path: the answer lists the methods of both.
+    r = await client.request("OPTIONS", "/v1/sessions/s-1/turns")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, POST"
     assert r.headers["content-type"].startswith("application/problem+json")
