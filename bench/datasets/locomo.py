@@ -140,8 +140,22 @@ def convert(records: list[dict[str, Any]], *, namespace: str = "locomo") -> Data
     return Dataset("locomo", users, questions, labels, dict(CATEGORIES))
 
 
-def load(path: Path, *, limit_conversations: int | None = None) -> Dataset:
-    records = json.loads(Path(path).read_text(encoding="utf-8"))
+# Kept aside, never tuned on: the last conversation of the dev file.
+HELDOUT = ("conv-43",)
+
+
+def split_records(records: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+    """``dev`` (tuned on), ``heldout`` (``HELDOUT``, kept aside) or ``all``."""
+    if split == "all":
+        return records
+    if split not in ("dev", "heldout"):
+        raise ValueError(f"unknown split {split!r}")
+    keep = split == "heldout"
+    return [r for r in records if (str(r["sample_id"]) in HELDOUT) == keep]
+
+
+def load(path: Path, *, limit_conversations: int | None = None, split: str = "all") -> Dataset:
+    records = split_records(json.loads(Path(path).read_text(encoding="utf-8")), split)
     if limit_conversations is not None:
         records = records[:limit_conversations]
     return convert(records)

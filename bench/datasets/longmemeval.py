@@ -108,8 +108,23 @@ def convert(records: list[dict[str, Any]], *, namespace: str = "lme") -> Dataset
     return Dataset("longmemeval", users, questions, labels, {t: t for t in QUESTION_TYPES})
 
 
-def load(path: Path, *, limit: int | None = None) -> Dataset:
-    records = json.loads(Path(path).read_text(encoding="utf-8"))
+# Kept aside, never tuned on: every fourth question of the file (positions 3, 7, …),
+# which in the dev file spans multi-session, preference and temporal questions.
+HELDOUT_EVERY = 4
+
+
+def split_records(records: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+    """``dev`` (tuned on), ``heldout`` (every fourth question, kept aside) or ``all``."""
+    if split == "all":
+        return records
+    if split not in ("dev", "heldout"):
+        raise ValueError(f"unknown split {split!r}")
+    keep = split == "heldout"
+    return [r for i, r in enumerate(records) if (i % HELDOUT_EVERY == HELDOUT_EVERY - 1) == keep]
+
+
+def load(path: Path, *, limit: int | None = None, split: str = "all") -> Dataset:
+    records = split_records(json.loads(Path(path).read_text(encoding="utf-8")), split)
     if limit is not None:
         records = records[:limit]
     return convert(records)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 SYSTEM_LABELS = {
-    "mnemo": "Mnemo (episodes, hybrid)",
+    "mnemo": "Mnemo GET /context",
     "bm25": "BM25 raw turns",
     "dense": "dense raw turns",
 }
@@ -30,8 +30,11 @@ def recall_by_category(result: Mapping[str, Any], path: Path, title: str) -> Non
     names = result["category_names"]
     ks = result["parameters"]["k"]
     metrics = [
-        (f"session_r@{5 if 5 in ks else ks[0]}", f"session recall@{5 if 5 in ks else ks[0]}"),
-        (f"turn_r@{max(ks)}", f"turn recall@{max(ks)}"),
+        (
+            f"episodes_session_r@{5 if 5 in ks else ks[0]}",
+            f"episode search: session recall@{5 if 5 in ks else ks[0]}",
+        ),
+        (f"episodes_turn_r@{max(ks)}", f"episode search: turn recall@{max(ks)}"),
     ]
     cats = list(summary["mnemo"].keys())
     systems = [s for s in ("mnemo", "bm25", "dense") if s in summary]
@@ -67,28 +70,38 @@ def recall_by_category(result: Mapping[str, Any], path: Path, title: str) -> Non
     plt.close(fig)
 
 
-def tokens_vs_history(result: Mapping[str, Any], path: Path, title: str) -> None:
-    """Mnemo's context tokens per question against the user's whole history."""
+def recall_vs_tokens(result: Mapping[str, Any], path: Path, title: str, group: str) -> None:
+    """Evidence present in the context against the tokens it used, one line per system."""
     plt = _pyplot()
-    history = result["history_tokens"]
-    xs, ys = [], []
-    for record in result["questions"]:
-        if record.get("user_id") not in history or "mnemo" not in record:
-            continue
-        xs.append(history[record["user_id"]])
-        ys.append(record["mnemo"]["context_tokens"])
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    ax.scatter(xs, ys, s=10, alpha=0.5, label="Mnemo context (per question)")
-    if xs:
-        ax.plot([min(xs), max(xs)], [min(xs), max(xs)], "--", color="grey", label="whole history")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("user's history (tokens, cl100k)")
-    ax.set_ylabel("context tokens")
-    ax.set_title(f"{title}: context vs history")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
+    summary = result["summary"]
+    budgets = result["parameters"]["budgets"]
+    groups = list(dict.fromkeys([group, "all"]))
+    fig, axes = plt.subplots(1, len(groups), figsize=(6.2 * len(groups), 4.4), sharey=True)
+    axes = axes if len(groups) > 1 else [axes]
+    for ax, name in zip(axes, groups, strict=True):
+        for system in ("mnemo", "bm25", "dense"):
+            figures = summary.get(system, {}).get(name)
+            if not figures:
+                continue
+            xs = [figures.get(f"tok@{b}") or 0.0 for b in budgets]
+            ys = [figures.get(f"ev@{b}") or 0.0 for b in budgets]
+            ax.plot(xs, ys, "o-", label=SYSTEM_LABELS[system], color=COLORS[system])
+            for b, x, y in zip(budgets, xs, ys, strict=True):
+                ax.annotate(f"{b}", (x, y), fontsize=7, xytext=(3, -10), textcoords="offset points")
+        n = summary["mnemo"][name]["n"]
+        ax.set_title(f"{name} ({n} questions)")
+        ax.set_xlabel("context tokens used (mean; labels: budget)")
+        ax.set_ylim(0, 1.0)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("evidence turns present in the context")
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(
+        f"{title} — {result['parameters']['data'].split('/')[-1]}"
+        f" ({result['parameters']['split']}), {result['machine']['date'][:10]}",
+        x=0.01,
+        ha="left",
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

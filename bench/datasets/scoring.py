@@ -155,3 +155,46 @@ def by_category(
             figures[metric] = mean(r.get(metric) for r in selected)
         out[name] = figures
     return out
+
+
+# --------------------------------------------------------------------------- evidence in a context
+
+# An evidence turn is "present" in a context when this share of its word trigrams
+# occurs there: its text survives whole, or with a few words added (a date beside
+# "yesterday") or lost at one edge; a turn cut to its tail or first half does not
+# count. Turns shorter than three words must occur as a whole phrase.
+PRESENT_SHARE = 0.8
+
+
+def _grams(words: Sequence[str], n: int = 3) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+@dataclass
+class ContextText:
+    """A context normalised once, for many evidence checks."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        self.normal = normalise_text(self.text)
+        self.grams = _grams(self.normal.split())
+
+    def holds(self, turn_text: str) -> bool:
+        words = normalise_text(turn_text).split()
+        if not words:
+            return False
+        if len(words) < 3:
+            return re.search(rf"(?<!\S){re.escape(' '.join(words))}(?!\S)", self.normal) is not None
+        grams = _grams(words)
+        return len(grams & self.grams) >= PRESENT_SHARE * len(grams)
+
+
+def evidence_present(
+    evidence: Iterable[str], turn_texts: Mapping[str, str], context: ContextText
+) -> float | None:
+    """Share of the evidence turns (by dataset id) whose text is in ``context``."""
+    ids = [e for e in evidence if turn_texts.get(e)]
+    if not ids:
+        return None
+    return sum(context.holds(turn_texts[e]) for e in ids) / len(ids)
