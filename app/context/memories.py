@@ -4,13 +4,27 @@ Called on the /context path, so it is careful with cost: nothing at all when the
 user has no memories or the latest turn is an acknowledgement; the query vector
 is the worker's embedding of the latest user turn when it is current, and only
 an explicit ``query`` is embedded here.
+
+What goes in, by value per token within the budget the caller's ``max_tokens``
+left for it:
+
+* pinned high-stakes facts, always, then curated memories (preferences, facts);
+* evidence from past conversations **turn by turn**: a single-turn hit as it is,
+  an episode hit as its turns (each once, however many hits cover it), and the
+  other half of a question/answer pair split from a hit; near-duplicates give way
+  to different evidence (MMR over the candidates' words);
+* from the *same* session only what was compacted away (restore on miss): its
+  live turns are in the context already.
+
+Turns are shown chronologically under a date line — "7 May 2023 (2023-05-07)" /
+"2023年5月7日 (2023-05-07)" — so "when did …" questions can be answered.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from datetime import UTC, date, datetime
 from typing import Any
 
 import asyncpg
@@ -20,16 +34,27 @@ from app.compression.render import detect_language
 from app.core.tokens import count_tokens
 from app.memories import repo
 from app.memories.embed import Embedder
-from app.memories.fuse import pack_memories
+from app.memories.fuse import mmr_by
 from app.memories.gate import build_query, needs_retrieval
 from app.memories.repo import MemoryRow
 from app.memories.service import age_label, hybrid_search
+from app.memories.when import date_label
 
 LAST_USER_EMBEDDING = "SELECT last_user_embedding FROM sessions WHERE id = $1"
 
-PER_SESSION = 2
 HEADERS = {"en": "## Long-term memory", "zh": "## 长期记忆"}
 PINNED = {"en": "pinned", "zh": "置顶"}
+# A turn reached through an episode hit is worth this share of the hit; the other
+# half of a split question/answer pair this share of the turn that was hit.
+EPISODE_SHARE = 0.5
+PAIR_SHARE = 0.8
+# Candidates per retrieval list: about one per this many tokens of budget.
+TOKENS_PER_CANDIDATE = 25
+MIN_CANDIDATES = 20
+MAX_CANDIDATES = 200
+# MMR reorders the best this many turns (cost grows with its square).
+MMR_DEPTH = 40
+MMR_LAMBDA = 0.8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +67,41 @@ class MemoryRequest:
     last_embedded_seq: int | None
     budget_tokens: int
     top_k: int
+    # Own-session memories of turns older than this (compacted away) may come back.
+    oldest_live_seq: int | None = None
+
+
+def top_k_for(budget_tokens: int, floor: int) -> int:
+    """How many candidates a budget can use: the budget decides, not a constant."""
+    return max(floor, min(MAX_CANDIDATES, budget_tokens // TOKENS_PER_CANDIDATE))
+
+
+@dataclasses.dataclass
+class _Turn:
+    row: MemoryRow
+    value: float
+    session_pk: int
+    seq: int
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.session_pk, self.seq)
+
+
+def _is_turn(m: MemoryRow) -> bool:
+    return m.kind == "episode" and m.metadata.get("granularity") == "turn"
+
+
+def _seqs(m: MemoryRow) -> list[int]:
+    return [int(s) for s in m.source.get("seqs") or []]
+
+
+def _content(m: MemoryRow) -> str:
+    return m.text.partition(": ")[2] or m.text
+
+
+def _asks(m: MemoryRow) -> bool:
+    return _content(m).rstrip().endswith(("?", "？"))
 
 
 async def memory_block(
@@ -67,44 +127,164 @@ async def memory_block(
             conn,
             user_pk=request.user_pk,
             query=query,
-            k=request.top_k * 3,
+            k=request.top_k,
             embedder=embedder if (vector is not None or request.explicit_query) else None,
             query_vector=vector,
         )
-    # Pinned high-stakes facts come first and always; then the best matches, at most
-    # PER_SESSION episodes of one past session so that a question spanning several
-    # sessions sees several.
+    found = [m for m in found if _visible(m, request)]
     seen = {m.id for m in pinned}
-    per_session: dict[str, int] = {}
-    best: list[MemoryRow] = []
-    for m in found:
-        if m.session_id == request.session_pk:
-            continue  # this session is already here: its state and its recent turns
-        origin = str(m.source.get("session_id")) if m.kind == "episode" else None
-        if m.id in seen or (origin and per_session.get(origin, 0) >= PER_SESSION):
-            continue
-        if origin:
-            per_session[origin] = per_session.get(origin, 0) + 1
-        best.append(m)
-        if len(best) == request.top_k:
-            break
-    ranked = pinned + best
+    facts = [m for m in found if m.kind != "episode" and m.id not in seen]
+    turns, whole = await _turns(conn, request, [m for m in found if m.kind == "episode"])
+    language = detect_language([query, *(t.row.text for t in turns[:5])])
     now = datetime.now(UTC)
-    language = detect_language([query, *(m.text for m in ranked)])
-    lines = [(m, _line(m, now, language)) for m in ranked]
-    kept = pack_memories(
-        lines, budget_tokens=request.budget_tokens, count=lambda p: count_tokens(p[1])
+    return _render(pinned + facts, whole, turns, request.budget_tokens, language, now)
+
+
+def _visible(m: MemoryRow, request: MemoryRequest) -> bool:
+    """Another session's memories, and this session's only where compacted away."""
+    if m.session_id != request.session_pk:
+        return True
+    seqs = _seqs(m)
+    if not seqs:
+        return False
+    return request.oldest_live_seq is None or max(seqs) < request.oldest_live_seq
+
+
+async def _turns(
+    conn: AsyncConnection, request: MemoryRequest, hits: Sequence[MemoryRow]
+) -> tuple[list[_Turn], list[MemoryRow]]:
+    """Episode and turn hits as turns valued by their best hit, in pick order; and the
+    episodes that have no turn rows (indexed before turns were), to show whole."""
+    by_key: dict[tuple[int, int], _Turn] = {}
+    wanted: dict[tuple[int, int], float] = {}  # turns to fetch, and the value they get
+    direct: list[_Turn] = []
+    episodes: list[MemoryRow] = []
+    for m in hits:
+        score = m.score or 0.0
+        if m.session_id is None:
+            continue
+        if _is_turn(m):
+            [seq] = _seqs(m)[:1] or [0]
+            turn = by_key.get((m.session_id, seq))
+            if turn is None:
+                turn = by_key[(m.session_id, seq)] = _Turn(m, score, m.session_id, seq)
+                direct.append(turn)
+            continue
+        episodes.append(m)
+        for seq in _seqs(m):
+            key = (m.session_id, seq)
+            wanted[key] = max(wanted.get(key, 0.0), score * EPISODE_SHARE)
+    for turn in direct:  # the neighbours, for split question/answer pairs
+        for seq in (turn.seq - 1, turn.seq + 1):
+            wanted.setdefault((turn.session_pk, seq), 0.0)
+    missing = [k for k in wanted if k not in by_key]
+    for row in await repo.turn_memories(conn, user_pk=request.user_pk, pairs=missing):
+        if row.session_id is None or not _visible(row, request):
+            continue
+        key = (row.session_id, _seqs(row)[0])
+        by_key[key] = _Turn(row, 0.0, *key)
+    for key, value in wanted.items():
+        if key in by_key:
+            by_key[key].value = max(by_key[key].value, value)
+    for turn in direct:
+        before, after = (
+            by_key.get((turn.session_pk, turn.seq - 1)),
+            by_key.get((turn.session_pk, turn.seq + 1)),
+        )
+        if after is not None and _asks(turn.row):
+            after.value = max(after.value, turn.value * PAIR_SHARE)
+        if before is not None and _asks(before.row):
+            before.value = max(before.value, turn.value * PAIR_SHARE)
+    whole = [m for m in episodes if not any((m.session_id, s) in by_key for s in _seqs(m))]
+    ranked = sorted((t for t in by_key.values() if t.value > 0), key=lambda t: -t.value)
+    return _diversify(ranked), whole
+
+
+def _diversify(ranked: list[_Turn]) -> list[_Turn]:
+    """MMR over the best turns (relevance = value, redundancy = shared words)."""
+    head, tail = ranked[:MMR_DEPTH], ranked[MMR_DEPTH:]
+    if len(head) < 3:
+        return ranked
+    top = head[0].value or 1.0
+    words = {t.key: frozenset(_content(t.row).lower().split()) for t in head}
+
+    def similarity(a: tuple[int, int], b: tuple[int, int]) -> float:
+        wa, wb = words[a], words[b]
+        return len(wa & wb) / len(wa | wb) if wa or wb else 0.0
+
+    order = mmr_by(
+        [(t.key, t.value / top) for t in head],
+        similarity=similarity,
+        lambda_=MMR_LAMBDA,
+        top_k=len(head),
     )
-    if not kept:
+    index = {t.key: t for t in head}
+    return [index[k] for k in order] + tail
+
+
+def _day(m: MemoryRow) -> date:
+    raw = m.source.get("from")
+    if raw:
+        try:
+            return datetime.fromisoformat(str(raw)).date()
+        except ValueError:
+            pass
+    return m.created_at.date()
+
+
+def _render(
+    items: Sequence[MemoryRow],
+    whole: Sequence[MemoryRow],
+    turns: Sequence[_Turn],
+    budget: int,
+    language: str,
+    now: datetime,
+) -> tuple[str, list[MemoryRow]]:
+    """Pick within ``budget`` tokens (facts, then evidence by value), render by date."""
+    count: Callable[[str], int] = count_tokens
+    header = HEADERS[language]
+    left = budget - count(header + "\n")
+    if left <= 0:
         return "", []
-    text = "\n".join([HEADERS[language], *(line for _, line in kept)])
-    return text, [m for m, _ in kept]
+    facts: list[tuple[MemoryRow, str]] = []
+    for m in [*items, *whole]:
+        line = _line(m, now, language)
+        cost = count(line + "\n")
+        if cost <= left:
+            facts.append((m, line))
+            left -= cost
+    groups: dict[tuple[date, int], list[_Turn]] = {}
+    for turn in turns:
+        if left <= 0:
+            break
+        key = (_day(turn.row), turn.session_pk)
+        cost = int(turn.row.metadata.get("tokens") or count(turn.row.text + "\n"))
+        if key not in groups:
+            cost += count(f"[{date_label(key[0], language)}]\n")
+        if cost > left:
+            continue
+        groups.setdefault(key, []).append(turn)
+        left -= cost
+    if not facts and not groups:
+        return "", []
+    lines = [header, *(line for _, line in facts)]
+    placed = [m for m, _ in facts]
+    for key in sorted(groups, key=lambda k: (k[0], min(t.seq for t in groups[k]), k[1])):
+        lines.append(f"[{date_label(key[0], language)}]")
+        for turn in sorted(groups[key], key=lambda t: t.seq):
+            lines.append(turn.row.text)
+            placed.append(turn.row)
+    return "\n".join(lines), placed
 
 
 def _line(m: MemoryRow, now: datetime, language: str) -> str:
     tag = f", {PINNED[language]}" if m.pinned else ""
     # An episode is dated by when it happened (its turns' time), a fact by its age.
-    when = str(m.source.get("from", ""))[:10] or age_label(m.last_confirmed_at, now)
+    when = (
+        date_label(_day(m), language)
+        if m.kind == "episode"
+        else age_label(m.last_confirmed_at, now)
+    )
     return f"- ({when}{tag}) {m.text}"
 
 

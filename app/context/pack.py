@@ -27,6 +27,9 @@ TRUNCATION_MARK = " …[truncated]"
 class Block:
     kind: str
     text: str
+    # Smaller renderings of the same block, largest first (e.g. task-state tiers):
+    # ``choose_tier`` takes the largest that fits its room.
+    tiers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,34 @@ def pack(
     if recent_tokens:
         block_sizes.append(("recent", recent_tokens))
     return Packed(messages=messages, blocks=block_sizes, tokens=total, dropped_turns=dropped)
+
+
+def choose_tier(block: Block, room: int, count: Callable[[str], int]) -> Block:
+    """``block`` as its largest rendering that fits ``room`` tokens (the smallest when
+    none does: ``pack`` then cuts it)."""
+    options = [t for t in (block.text, *block.tiers) if t]
+    for text in options:
+        if count(text) <= room:
+            return Block(block.kind, text)
+    return Block(block.kind, options[-1] if options else "")
+
+
+def window_tokens(recent: Sequence[RecentTurn], groups: int, max_tokens: int) -> int:
+    """What the working window costs: the newest ``groups`` turn groups (a tool call with
+    its results is one), as ``pack`` places them, at most ``max_tokens``."""
+    total = 0
+    placed = 0
+    for group in reversed(group_turns(recent)):
+        if placed == groups:
+            break
+        if _is_orphan(group):
+            continue
+        cost = sum(t.tokens for t in group)
+        if total + cost > max_tokens:
+            return max_tokens if not placed else total
+        total += cost
+        placed += 1
+    return total
 
 
 def _trim_group(

@@ -15,10 +15,10 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.schemas import ContextBlock, ContextOut
-from app.context.memories import MemoryRequest, memory_block, recent_user_texts
-from app.context.pack import Block, RecentTurn, as_text, pack
+from app.context.memories import MemoryRequest, memory_block, recent_user_texts, top_k_for
+from app.context.pack import Block, RecentTurn, as_text, choose_tier, pack, window_tokens
 from app.core.errors import NotFound
-from app.core.tokens import count_tokens
+from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from app.db.engine import driver_connection
 from app.memories.embed import Embedder
 
@@ -67,8 +67,32 @@ def _message(t: dict[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class MemoryOptions:
     embedder: Embedder | None
+    # The memory block's default share when the query is the latest user turn.
     budget_tokens: int
+    # The fewest candidates a search asks for; a larger budget asks for more.
     top_k: int
+    # Per-request overrides: the memory block's size and candidate count.
+    memory_tokens: int | None = None
+    memory_k: int | None = None
+    # Newest turn groups never given up for memory (the working window).
+    window_turns: int = 3
+
+
+# Tokens kept free of the memory block: BPE over the joined system message can
+# count a little more than its lines did one by one.
+SLACK_TOKENS = 8
+
+
+def memory_budget(memory: MemoryOptions, *, remainder: int, explicit_query: bool) -> int:
+    """The caller's budget governs: what is left after the task state and the working
+    window goes to memory when a query asks for it (or ``memory_tokens``, if smaller);
+    for the latest user turn, at most the configured share and half of what is left,
+    so that older live turns keep the other half."""
+    if memory.memory_tokens is not None:
+        return max(0, min(memory.memory_tokens, remainder))
+    if explicit_query:
+        return max(0, remainder)
+    return max(0, min(memory.budget_tokens, remainder // 2))
 
 
 async def build_context(
@@ -97,9 +121,32 @@ async def build_context(
         if more is not None:
             rows.extend(_decoded(more["turns"]))
     recent = [RecentTurn(message=_message(r), tokens=r["tokens"]) for r in reversed(rows)]
-    blocks = [Block("task_state", head["rendered"])]
+    # Budget: the working window and the task state first (the largest rendering of
+    # the state that fits beside the window), then memory and older live turns.
+    window = window_tokens(
+        recent, memory.window_turns if memory else 3, max_tokens - MESSAGE_OVERHEAD_TOKENS
+    )
+    state = choose_tier(
+        Block("task_state", head["rendered"]),
+        max_tokens - MESSAGE_OVERHEAD_TOKENS - window,
+        count_tokens,
+    )
+    blocks = [state]
     memory_ids: list[int] = []
-    if memory is not None and head["has_memories"] and memory.budget_tokens > 0:
+    remainder = (
+        max_tokens
+        - MESSAGE_OVERHEAD_TOKENS
+        - window
+        - (count_tokens(state.text + "\n\n") if state.text else 0)
+        - SLACK_TOKENS
+    )
+    explicit = query.strip() if query and query.strip() else None
+    budget = (
+        memory_budget(memory, remainder=remainder, explicit_query=explicit is not None)
+        if memory is not None
+        else 0
+    )
+    if memory is not None and head["has_memories"] and budget > 0:
         latest = next(
             ((r["seq"], r["content"]) for r in rows if r["role"] == "user" and r["content"]), None
         )
@@ -109,12 +156,15 @@ async def build_context(
             MemoryRequest(
                 session_pk=head["id"],
                 user_pk=head["user_id"],
-                explicit_query=query.strip() if query and query.strip() else None,
+                explicit_query=explicit,
                 latest_user=latest,
                 recent_user_texts=recent_user_texts(rows),
                 last_embedded_seq=head["last_user_seq"],
-                budget_tokens=min(memory.budget_tokens, max_tokens // 3),
-                top_k=memory.top_k,
+                budget_tokens=budget,
+                top_k=memory.memory_k
+                if memory.memory_k is not None
+                else top_k_for(budget, memory.top_k),
+                oldest_live_seq=min((r["seq"] for r in rows), default=None),
             ),
             embedder=memory.embedder,
         )

@@ -101,8 +101,20 @@ class Settings(BaseSettings):
         " to one session is indexed by one job.",
     )
     memory_ttl_days: int = Field(default=90, ge=1, le=36500)
-    memory_budget_tokens: int = Field(default=400, ge=0, le=100_000)
-    memory_top_k: int = Field(default=3, ge=0, le=50)
+    memory_budget_tokens: int = Field(
+        default=1500,
+        ge=0,
+        le=100_000,
+        description="The memory block's share of a context whose query is the latest user"
+        " turn (at most half of what the state and the working window leave); with an"
+        " explicit query the block may use all of it.",
+    )
+    memory_top_k: int = Field(
+        default=3,
+        ge=0,
+        le=50,
+        description="The fewest search candidates; larger memory budgets ask for more.",
+    )
     memory_sweep_interval_s: float = Field(default=300.0, gt=0)
     restatement_threshold: float = Field(default=0.85, gt=0, le=1)
 

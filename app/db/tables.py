@@ -255,7 +255,25 @@ memories = Table(
         postgresql_using="hnsw",
         postgresql_ops={"embedding": "vector_cosine_ops"},
     ),
-    Index("memories_terms_idx", "terms", postgresql_using="gin"),
     Index("memories_expiry_idx", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
     Index("memories_session_idx", "session_id", postgresql_where=text("session_id IS NOT NULL")),
+)
+
+# BM25 postings of the memories (app/memories/bm25.py, repo.LEXICAL): read by
+# (user_id, term), deleted with their memory.
+memory_terms = Table(
+    "memory_terms",
+    metadata,
+    Column("user_id", BigInteger, primary_key=True),
+    Column("term", Text, primary_key=True),
+    Column(
+        "memory_id",
+        BigInteger,
+        ForeignKey("memories.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("kind", Text, nullable=False),
+    Column("tf", Integer, nullable=False),
+    Column("dl", Integer, nullable=False),
+    Index("memory_terms_memory_idx", "memory_id"),
 )

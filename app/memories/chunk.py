@@ -106,13 +106,17 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + ELLIPSIS
 
 
+def speaker_of(turn: TurnLike) -> str:
+    """Who said it, by name when the client gave one: "what did Ana say about …" is a
+    common question, and the name is a term lexical search can match."""
+    return str(getattr(turn, "name", None) or (turn.metadata or {}).get("speaker") or turn.role)
+
+
 def _turn_lines(turn: TurnLike, tool_chars: int) -> list[str]:
     content = " ".join((turn.content or "").split())
     if turn.role == "tool":
         return [f"tool: {_clip(content, tool_chars)}"] if content else []
-    # Who said it, by name when the client gave one: "what did Ana say about …"
-    # is a common question, and the name is a term lexical search can match.
-    speaker = getattr(turn, "name", None) or (turn.metadata or {}).get("speaker") or turn.role
+    speaker = speaker_of(turn)
     lines = [f"{speaker}: {content}"] if content else []
     lines.extend(_call_line(call, tool_chars) for call in turn.tool_calls or [])
     return lines

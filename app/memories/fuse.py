@@ -56,6 +56,37 @@ def mmr(
     return [item[0] for item in picked]
 
 
+K = TypeVar("K")
+
+
+def mmr_by(
+    candidates: Sequence[tuple[K, float]],
+    *,
+    similarity: Callable[[K, K], float],
+    lambda_: float = 0.7,
+    top_k: int,
+) -> list[K]:
+    """Maximal marginal relevance over ``(id, relevance)`` with any ``similarity``.
+
+    The same greedy choice as ``mmr``, keeping each candidate's largest similarity
+    to the picks so far up to date (one similarity per pair): ``O(n²)``, not ``O(n³)``.
+    """
+    remaining = list(candidates)
+    redundancy = [0.0] * len(remaining)
+    picked: list[K] = []
+    while remaining and len(picked) < top_k:
+        best = max(
+            range(len(remaining)),
+            key=lambda i: (lambda_ * remaining[i][1] - (1.0 - lambda_) * redundancy[i], -i),
+        )
+        chosen = remaining.pop(best)[0]
+        redundancy.pop(best)
+        picked.append(chosen)
+        for i, (item, _) in enumerate(remaining):
+            redundancy[i] = max(redundancy[i], similarity(item, chosen))
+    return picked
+
+
 def pack_memories(
     items: Sequence[T],
     *,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import text
@@ -17,13 +17,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.compression.state import TaskState, TurnView
 from app.compression.triggers import topic_drift
 from app.core.config import Settings
+from app.core.tokens import count_tokens
 from app.db.rows import json_value, turn_view
 from app.jobs import queue
 from app.jobs.worker import Handler, JobContext
 from app.memories import repo
-from app.memories.chunk import chunk_turns
+from app.memories.bm25 import index_terms
+from app.memories.chunk import chunk_turns, speaker_of
 from app.memories.embed import Embedder
-from app.memories.lexical import lexical_terms
 from app.memories.promote import (
     Confirm,
     ExistingMemory,
@@ -34,6 +35,7 @@ from app.memories.promote import (
     vector_similarity,
 )
 from app.memories.service import text_key
+from app.memories.when import resolve_relative
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +107,17 @@ DROP_OPEN_EPISODES = text("""
     WHERE session_id = :sid AND kind = 'episode' AND (metadata->>'open')::boolean
 """)
 
-INSERT_EPISODE = text("""
-    INSERT INTO memories (tenant_id, user_id, kind, text, text_key, source, metadata, session_id,
-                          ttl_days, expires_at, terms, embedding, embedding_model, embedding_dim)
-    VALUES (:tenant, :user_pk, 'episode', :text, :text_key, CAST(:source AS jsonb),
-            CAST(:metadata AS jsonb), :sid, :ttl_days, now() + make_interval(days => :ttl_days),
-            CAST(:terms AS text[]), CAST(:embedding AS vector), :model, :dim)
+INSERT_EPISODE = text(f"""
+    WITH m AS (
+        INSERT INTO memories (tenant_id, user_id, kind, text, text_key, source, metadata,
+                              session_id, ttl_days, expires_at, terms, embedding,
+                              embedding_model, embedding_dim)
+        VALUES (:tenant, :user_pk, 'episode', :text, :text_key, CAST(:source AS jsonb),
+                CAST(:metadata AS jsonb), :sid, :ttl_days,
+                now() + make_interval(days => :ttl_days), CAST(:terms AS text[]),
+                CAST(:embedding AS vector), :model, :dim)
+        RETURNING id, user_id, kind)
+    {repo.POSTINGS}
 """)
 
 SET_SESSION_INDEX = text("""
@@ -121,9 +128,76 @@ SET_SESSION_INDEX = text("""
 """)
 
 
+@dataclass(frozen=True)
+class IndexRow:
+    """One memory written by ``index_session``: an episode or a single turn."""
+
+    text: str
+    source: dict[str, Any]
+    metadata: dict[str, Any]
+
+
+def index_rows(
+    turns: list[TurnView], *, session_external: str, closed_through: int
+) -> tuple[list[IndexRow], int]:
+    """What indexing writes for ``turns`` (oldest first): topic episodes and single turns.
+
+    Both are dated from their turns' ``created_at`` (``source.from``/``to``) and their
+    text has relative dates ("yesterday", "上周") resolved against the turn's own date.
+    A single turn is "Speaker: text" (the unit that packs the most evidence per token);
+    an episode keeps a question with its answer and a topic's context. Rows whose
+    turns may still change (the open last episode, the turns after ``closed_through``)
+    are marked open and redone by the next run. Returns the rows and the seq through
+    which everything is closed.
+    """
+    dated = [
+        replace(t, content=resolve_relative(t.content, t.created_at)) if t.content else t
+        for t in turns
+    ]
+    chunks = chunk_turns(dated)
+    closed = chunks[-2].seqs[-1] if len(chunks) >= 2 else closed_through
+    rows: list[IndexRow] = []
+    for i, chunk in enumerate(chunks):
+        rows.append(
+            IndexRow(
+                chunk.text,
+                {
+                    "session_id": session_external,
+                    "seqs": chunk.seqs,
+                    "dataset_ids": chunk.dataset_ids,
+                    **_time_range(turns, chunk.seqs),
+                },
+                {"open": i == len(chunks) - 1},
+            )
+        )
+    for turn in dated:
+        content = " ".join((turn.content or "").split())
+        if turn.role not in ("user", "assistant") or not content:
+            continue
+        dataset_id = (turn.metadata or {}).get("dataset_id")
+        rows.append(
+            IndexRow(
+                f"{speaker_of(turn)}: {content}",
+                {
+                    "session_id": session_external,
+                    "seqs": [turn.seq],
+                    "dataset_ids": [str(dataset_id)] if dataset_id is not None else [],
+                    "role": turn.role,
+                    **_time_range(turns, [turn.seq]),
+                },
+                {
+                    "open": turn.seq > closed,
+                    "granularity": "turn",
+                    "tokens": count_tokens(f"{speaker_of(turn)}: {content}\n"),
+                },
+            )
+        )
+    return rows, closed
+
+
 def index_session_handler(deps: MemoryDeps) -> Handler:
-    """Chunk new turns into episodes (the last chunk stays open and is redone next
-    time), embed them, and embed the newest user turn so /context can reuse it."""
+    """Index new turns as episodes and single turns (open rows are redone next time),
+    embed them, and embed the newest user turn so /context can reuse it."""
 
     async def handle(ctx: JobContext) -> None:
         sid = ctx.job.session_id
@@ -137,10 +211,12 @@ def index_session_handler(deps: MemoryDeps) -> Handler:
         if not rows:
             return
         turns = [turn_view(r) for r in rows]
-        chunks = chunk_turns(turns)
+        indexed, closed_through = index_rows(
+            turns, session_external=head.external_id, closed_through=head.episode_seq
+        )
         users = [t for t in turns if t.role == "user" and t.content]
         newest_user = users[-1] if users and users[-1].seq != head.last_user_seq else None
-        texts = [c.text for c in chunks] + ([newest_user.content or ""] if newest_user else [])
+        texts = [r.text for r in indexed] + ([newest_user.content or ""] if newest_user else [])
         settings = deps.settings
         # Topic drift is decided here, where the newest user turn gets embedded anyway
         # (never on the ingest path): far from the goal, the old task state is compressed.
@@ -163,31 +239,24 @@ def index_session_handler(deps: MemoryDeps) -> Handler:
                 DRIFT_THRESHOLD,
             )
         ttl = deps.settings.memory_ttl_days
-        # Every chunk but the last is closed; the last may still grow with the session.
-        closed_through = chunks[-2].seqs[-1] if len(chunks) >= 2 else head.episode_seq
 
         async def apply(conn: AsyncConnection) -> None:
             await conn.execute(DROP_OPEN_EPISODES, {"sid": sid})
-            for i, (chunk, vector) in enumerate(zip(chunks, vectors, strict=False)):
+            for row, vector in zip(indexed, vectors, strict=False):
+                terms = index_terms(row.text)
                 await conn.execute(
                     INSERT_EPISODE,
                     {
                         "tenant": head.tenant_id,
                         "user_pk": head.user_id,
-                        "text": chunk.text,
-                        "text_key": text_key(chunk.text),
-                        "source": json.dumps(
-                            {
-                                "session_id": head.external_id,
-                                "seqs": chunk.seqs,
-                                "dataset_ids": chunk.dataset_ids,
-                            },
-                            ensure_ascii=False,
-                        ),
-                        "metadata": json.dumps({"open": i == len(chunks) - 1}),
+                        "text": row.text,
+                        "text_key": text_key(row.text),
+                        "source": json.dumps(row.source, ensure_ascii=False),
+                        "metadata": json.dumps(row.metadata),
                         "sid": sid,
                         "ttl_days": ttl,
-                        "terms": lexical_terms(chunk.text),
+                        **repo.postings(terms),
+                        "terms": terms,
                         "embedding": repo.vector_literal(vector),
                         "model": deps.embedder.model_id,
                         "dim": len(vector),
@@ -220,7 +289,7 @@ def index_session_handler(deps: MemoryDeps) -> Handler:
 
 
 def _time_range(turns: list[TurnView], seqs: list[int]) -> dict[str, str]:
-    """When the chunk's turns happened ("from"/"to", RFC 3339), for dating episodes."""
+    """When the turns of ``seqs`` happened ("from"/"to", RFC 3339), for dating memories."""
     wanted = set(seqs)
     times = sorted(t.created_at for t in turns if t.seq in wanted and t.created_at)
     return {"from": times[0].isoformat(), "to": times[-1].isoformat()} if times else {}
@@ -323,7 +392,7 @@ def promote_handler(deps: MemoryDeps) -> Handler:
                     ttl_days=None if candidate.pinned else deps.settings.memory_ttl_days,
                     source={"session_id": head.external_id, "seqs": candidate.source_seqs},
                     metadata={"promoted": True, "emphasized": candidate.emphasized},
-                    terms=lexical_terms(candidate.text),
+                    terms=index_terms(candidate.text),
                 )
                 await repo.set_embedding(
                     conn, memory_id=new_id, embedding=vectors[candidate.text], model=model

@@ -82,16 +82,39 @@ UPSERT_USER = text("""
     RETURNING id
 """)
 
-INSERT_MEMORY = text("""
-    INSERT INTO memories (tenant_id, user_id, kind, text, text_key, pinned, source, metadata,
-                          session_id, ttl_days, expires_at, terms)
-    VALUES (:tenant, :user_pk, :kind, :text, :text_key, CAST(:pinned AS boolean),
-            CAST(:source AS jsonb), CAST(:metadata AS jsonb), :session_pk,
-            CAST(:ttl_days AS integer),
-            CASE WHEN CAST(:pinned AS boolean) OR CAST(:ttl_days AS integer) IS NULL THEN NULL
-                 ELSE now() + make_interval(days => CAST(:ttl_days AS integer)) END,
-            CAST(:terms AS text[]))
-    RETURNING id
+# index_terms: a memory's postings, written with it (one statement with the insert).
+POSTINGS = """
+    INSERT INTO memory_terms (user_id, term, memory_id, kind, tf, dl)
+    SELECT m.user_id, x.term, m.id, m.kind, x.tf, CAST(:dl AS integer)
+    FROM m, unnest(CAST(:posting_terms AS text[]), CAST(:posting_tfs AS integer[])) AS x(term, tf)
+"""
+
+
+def postings(terms: list[str]) -> dict[str, Any]:
+    """Bind parameters of ``POSTINGS`` for a memory whose terms (with repeats) are ``terms``."""
+    counts: dict[str, int] = {}
+    for term in terms:
+        counts[term] = counts.get(term, 0) + 1
+    return {
+        "posting_terms": list(counts),
+        "posting_tfs": list(counts.values()),
+        "dl": max(1, len(terms)),
+    }
+
+
+INSERT_MEMORY = text(f"""
+    WITH m AS (
+        INSERT INTO memories (tenant_id, user_id, kind, text, text_key, pinned, source, metadata,
+                              session_id, ttl_days, expires_at, terms)
+        VALUES (:tenant, :user_pk, :kind, :text, :text_key, CAST(:pinned AS boolean),
+                CAST(:source AS jsonb), CAST(:metadata AS jsonb), :session_pk,
+                CAST(:ttl_days AS integer),
+                CASE WHEN CAST(:pinned AS boolean) OR CAST(:ttl_days AS integer) IS NULL THEN NULL
+                     ELSE now() + make_interval(days => CAST(:ttl_days AS integer)) END,
+                CAST(:terms AS text[]))
+        RETURNING id, user_id, kind),
+    p AS ({POSTINGS})
+    SELECT id FROM m
 """)
 
 # confirm: a restatement refreshes the memory instead of duplicating it.
@@ -124,6 +147,7 @@ LIST_MEMORIES = text(f"""
     WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
       AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
       AND (m.expires_at IS NULL OR m.expires_at > now())
+      AND m.metadata ->> 'granularity' IS DISTINCT FROM 'turn'
     ORDER BY m.pinned DESC, m.last_confirmed_at DESC, m.id DESC
     LIMIT :limit
 """)
@@ -173,38 +197,53 @@ HNSW_SETTINGS = text("""
 
 SEQSCAN_BACK_ON = text("SELECT set_config('enable_seqscan', 'on', true)")
 
-# lexical: the user's live rows sharing terms with the query (found through the GIN
-# index, never by reading every row of the user), ranked by the sum of
-# the shared terms' idf over that user's memories (BM25's idf): a rare word such as
-# a name or an id outweighs many common ones, and a long row full of common words
-# does not win by length.
+# lexical: Okapi BM25 over the user's postings (``memory_terms``: one row per memory
+# and stemmed term, with its frequency in the memory and the memory's length), read
+# through the primary key (user_id, term): only the postings of the query's terms,
+# never every memory of the user. df counts the postings of a term, N the user's live
+# memories, the average length is taken over the memories that matched. Rare terms (a
+# name, an id) outweigh common ones; a repeated term saturates (k1); long memories
+# are normalised (b). Superseded and expired memories are left out after scoring.
+BM25_K1 = 1.2
+BM25_B = 0.75
 LEXICAL = text(f"""
-    WITH q AS (SELECT DISTINCT unnest(CAST(:terms AS text[])) AS term),
-    hits AS MATERIALIZED (
-        SELECT m.id, m.terms FROM memories m
-        WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
-          AND m.terms && CAST(:terms AS text[])
-          AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
-          AND (m.expires_at IS NULL OR m.expires_at > now())),
+    WITH p AS MATERIALIZED (
+        SELECT memory_id, term, tf, dl FROM memory_terms
+        WHERE user_id = :user_pk AND term = ANY(CAST(:terms AS text[]))
+          AND (CAST(:kind AS text) IS NULL OR kind = :kind)),
     total AS (
         SELECT count(*)::float AS n FROM memories m
         WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
-          AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
-          AND (m.expires_at IS NULL OR m.expires_at > now())),
-    -- A row holding a query term is a hit, so counting over the hits is the exact df.
-    df AS (
-        SELECT q.term, count(*)::float AS n
-        FROM q JOIN hits ON hits.terms @> ARRAY[q.term]
-        GROUP BY q.term),
+          AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)),
+    df AS (SELECT term, count(*)::float AS n FROM p GROUP BY term),
+    avgdl AS (
+        SELECT greatest(avg(dl), 1)::float AS v FROM (SELECT DISTINCT memory_id, dl FROM p) d),
     scored AS (
-        SELECT hits.id, sum(ln(1 + ((SELECT n FROM total) - df.n + 0.5) / (df.n + 0.5))) AS score
-        FROM hits JOIN df ON hits.terms @> ARRAY[df.term]
-        GROUP BY hits.id
-        ORDER BY score DESC, hits.id
-        LIMIT :k)
+        SELECT p.memory_id AS id, sum(
+            ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5))
+            * p.tf * ({BM25_K1} + 1)
+            / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * p.dl / avgdl.v))
+        ) AS score
+        FROM p JOIN df USING (term) CROSS JOIN total CROSS JOIN avgdl
+        GROUP BY p.memory_id
+        ORDER BY score DESC, p.memory_id
+        LIMIT :k + 16)
     SELECT {MEMORY_COLUMNS}, scored.score
     FROM scored JOIN memories m ON m.id = scored.id
+    WHERE m.superseded_by IS NULL AND (m.expires_at IS NULL OR m.expires_at > now())
     ORDER BY scored.score DESC, m.id
+    LIMIT :k
+""")
+
+# turn_memories: the single-turn memories of given (session, seq) pairs of one user,
+# through memories_session_idx: how an episode hit is shown turn by turn, and how the
+# other half of a question/answer pair is found.
+TURN_MEMORIES = text(f"""
+    SELECT {MEMORY_COLUMNS}
+    FROM unnest(CAST(:sids AS bigint[]), CAST(:seqs AS integer[])) AS w(sid, seq)
+    JOIN memories m ON m.session_id = w.sid AND (m.source -> 'seqs' ->> 0)::integer = w.seq
+    WHERE m.user_id = :user_pk AND m.metadata ->> 'granularity' = 'turn'
+      AND m.superseded_by IS NULL
 """)
 
 # pinned_high_stakes: the high-stakes memories every context shows, the pinned ones
@@ -288,6 +327,7 @@ async def insert_memory(
                     "source": json.dumps(source, ensure_ascii=False),
                     "metadata": json.dumps(metadata, ensure_ascii=False),
                     "session_pk": session_pk,
+                    **postings(terms),
                     "terms": terms,
                 },
             )
@@ -354,6 +394,19 @@ async def lexical_search(
         return []
     rows = await conn.execute(LEXICAL, {"user_pk": user_pk, "terms": terms, "k": k, "kind": kind})
     return [_row(r, float(r.score)) for r in rows]
+
+
+async def turn_memories(
+    conn: AsyncConnection, *, user_pk: int, pairs: list[tuple[int, int]]
+) -> list[MemoryRow]:
+    """The single-turn memories of ``(session pk, seq)`` pairs (those that exist)."""
+    if not pairs:
+        return []
+    rows = await conn.execute(
+        TURN_MEMORIES,
+        {"user_pk": user_pk, "sids": [p[0] for p in pairs], "seqs": [p[1] for p in pairs]},
+    )
+    return [_row(r) for r in rows]
 
 
 async def pinned_high_stakes(conn: AsyncConnection, *, user_pk: int) -> list[MemoryRow]:

@@ -15,9 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.jobs import queue
 from app.memories import repo
+from app.memories.bm25 import index_terms, search_terms
 from app.memories.embed import Embedder, EmbeddingModelMismatch
 from app.memories.fuse import rrf
-from app.memories.lexical import lexical_terms, normalize, query_terms
+from app.memories.lexical import normalize
 from app.memories.repo import MemoryRow
 
 CANDIDATES_PER_LIST = 20
@@ -71,7 +72,7 @@ async def add_memory(
         ttl_days=None if pinned else ttl_days,
         source=source,
         metadata=metadata,
-        terms=lexical_terms(text),
+        terms=index_terms(text),
     )
     await queue.enqueue(
         conn,
@@ -112,7 +113,7 @@ async def hybrid_search(
                 kind=kind,
             )
         )
-    terms = query_terms(query)
+    terms = search_terms(query)
     if terms:
         rankings.append(
             await repo.lexical_search(

@@ -94,6 +94,25 @@ async def get_context(
     metrics: MetricsDep,
     max_tokens: Annotated[int | None, Query(ge=64, le=1_000_000)] = None,
     query: Annotated[QueryText | None, Query()] = None,
+    memory_tokens: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=1_000_000,
+            description="At most this many tokens of long-term memory (0: none). Default:"
+            " all that the task state and the working window leave when `query` is given,"
+            " else the configured share.",
+        ),
+    ] = None,
+    memory_k: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=500,
+            description="Search candidates per retrieval list (0: no search). Default:"
+            " follows the memory budget.",
+        ),
+    ] = None,
 ) -> ContextOut:
     """The prompt to send before the next LLM call, within ``max_tokens``. Reads only."""
     budget = max_tokens if max_tokens is not None else settings.context_max_tokens
@@ -101,6 +120,9 @@ async def get_context(
         embedder=request.app.state.embedder,
         budget_tokens=settings.memory_budget_tokens,
         top_k=settings.memory_top_k,
+        memory_tokens=memory_tokens,
+        memory_k=memory_k,
+        window_turns=settings.working_window_turns,
     )
     out = await build_context(
         conn, tenant=tenant, session=session_id, max_tokens=budget, query=query, memory=memory

@@ -1,0 +1,61 @@
+"""Terms for the BM25 leg of memory search: stemmed English, repeats kept.
+
+``memories.terms`` holds these (GIN indexed): every occurrence of every term,
+so the SQL in ``repo.LEXICAL`` can compute BM25's term frequency (occurrences
+of the term in the row), document length (``cardinality(terms)``) and document
+frequency. Terms come from ``lexical.lexical_terms`` (CJK bigrams, identifiers
+whole and split, English stop words out); plain English words are then stemmed
+by a small suffix stripper, so "paintings", "painted" and "painting" meet.
+
+The stemmer is deliberately conservative (plural and verb endings, a final
+"e", doubled consonants): equal stems for a word's inflections matter, exact
+linguistic stems do not — queries and memories go through the same function.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.memories.lexical import lexical_terms
+
+MAX_QUERY_TERMS = 32
+_PLAIN_WORD = re.compile(r"[a-z]+")
+_VOWEL = re.compile(r"[aeiouy]")
+_DOUBLE_OK = frozenset("lsz")
+
+
+def stem(word: str) -> str:
+    """An English word's stem: ``"paintings"`` → ``"paint"``, ``"hiking"`` and ``"hike"`` →
+    ``"hik"``, ``"tried"`` → ``"try"``. Other terms (ids, numbers, CJK) come back as they are."""
+    if len(word) < 4 or not _PLAIN_WORD.fullmatch(word):
+        return word
+    w = word
+    if w.endswith("ies") or w.endswith("ied"):
+        w = w[:-3] + "y" if len(w) > 4 else w[:-1]
+    elif w.endswith("sses"):
+        w = w[:-2]
+    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        w = w[:-1]
+    for suffix in ("ing", "ed"):
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3 and _VOWEL.search(w[: -len(suffix)]):
+            w = w[: -len(suffix)]
+            if len(w) >= 4 and w[-1] == w[-2] and w[-1] not in _DOUBLE_OK and w[-1] not in "aeiou":
+                w = w[:-1]
+            break
+    if w.endswith("e") and len(w) > 3:
+        w = w[:-1]
+    return w
+
+
+def index_terms(text: str) -> list[str]:
+    """Every term occurrence of ``text``, stemmed, in order (repeats kept)."""
+    out: list[str] = []
+    for piece in text.split():
+        out.extend(stem(t) for t in lexical_terms(piece))
+    return out
+
+
+def search_terms(text: str, *, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
+    """A query's distinct terms, as ``index_terms`` writes them; capped (a pasted
+    document must not turn the GIN lookup into a scan of every memory)."""
+    return list(dict.fromkeys(index_terms(text)))[:max_terms]
