@@ -52,6 +52,8 @@ PAIR_SHARE = 0.8
 TOKENS_PER_CANDIDATE = 25
 MIN_CANDIDATES = 20
 MAX_CANDIDATES = 200
+# Turns fetched to show episode hits and pairs: about one per this many tokens.
+TOKENS_PER_FETCHED_TURN = 12
 # MMR reorders the best this many turns (cost grows with its square).
 MMR_DEPTH = 40
 MMR_LAMBDA = 0.8
@@ -174,10 +176,16 @@ async def _turns(
         for seq in _seqs(m):
             key = (m.session_id, seq)
             wanted[key] = max(wanted.get(key, 0.0), score * EPISODE_SHARE)
-    for turn in direct:  # the neighbours, for split question/answer pairs
+    # Fetch no more turns than the budget could show (best first), and the neighbours
+    # of the turns that were hit, for split question/answer pairs.
+    priority = dict(wanted)
+    for turn in direct:
         for seq in (turn.seq - 1, turn.seq + 1):
-            wanted.setdefault((turn.session_pk, seq), 0.0)
-    missing = [k for k in wanted if k not in by_key]
+            key = (turn.session_pk, seq)
+            wanted.setdefault(key, 0.0)
+            priority[key] = max(priority.get(key, 0.0), turn.value * PAIR_SHARE)
+    missing = sorted((k for k in wanted if k not in by_key), key=lambda k: -priority[k])
+    missing = missing[: max(MIN_CANDIDATES, request.budget_tokens // TOKENS_PER_FETCHED_TURN)]
     for row in await repo.turn_memories(conn, user_pk=request.user_pk, pairs=missing):
         if row.session_id is None or not _visible(row, request):
             continue

@@ -240,6 +240,8 @@ memories = Table(
     Column("embedding", Vector(EMBEDDING_DIM)),
     Column("embedding_model", Text),
     Column("embedding_dim", Integer),
+    # The seq of a single-turn memory (an index row of one turn of its session).
+    Column("turn_seq", Integer),
     CheckConstraint(
         "kind IN ('preference', 'profile', 'rule', 'high_stakes', 'episode', 'fact')",
         name="memories_kind_check",
@@ -257,6 +259,12 @@ memories = Table(
     ),
     Index("memories_expiry_idx", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
     Index("memories_session_idx", "session_id", postgresql_where=text("session_id IS NOT NULL")),
+    Index(
+        "memories_turn_idx",
+        "session_id",
+        "turn_seq",
+        postgresql_where=text("turn_seq IS NOT NULL"),
+    ),
 )
 
 # BM25 postings of the memories (app/memories/bm25.py, repo.LEXICAL): read by

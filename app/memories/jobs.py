@@ -111,11 +111,11 @@ INSERT_EPISODE = text(f"""
     WITH m AS (
         INSERT INTO memories (tenant_id, user_id, kind, text, text_key, source, metadata,
                               session_id, ttl_days, expires_at, terms, embedding,
-                              embedding_model, embedding_dim)
+                              embedding_model, embedding_dim, turn_seq)
         VALUES (:tenant, :user_pk, 'episode', :text, :text_key, CAST(:source AS jsonb),
                 CAST(:metadata AS jsonb), :sid, :ttl_days,
                 now() + make_interval(days => :ttl_days), CAST(:terms AS text[]),
-                CAST(:embedding AS vector), :model, :dim)
+                CAST(:embedding AS vector), :model, :dim, CAST(:turn_seq AS integer))
         RETURNING id, user_id, kind)
     {repo.POSTINGS}
 """)
@@ -257,6 +257,9 @@ def index_session_handler(deps: MemoryDeps) -> Handler:
                         "ttl_days": ttl,
                         **repo.postings(terms),
                         "terms": terms,
+                        "turn_seq": row.source["seqs"][0]
+                        if row.metadata.get("granularity") == "turn"
+                        else None,
                         "embedding": repo.vector_literal(vector),
                         "model": deps.embedder.model_id,
                         "dim": len(vector),

@@ -236,14 +236,13 @@ LEXICAL = text(f"""
 """)
 
 # turn_memories: the single-turn memories of given (session, seq) pairs of one user,
-# through memories_session_idx: how an episode hit is shown turn by turn, and how the
+# through memories_turn_idx: how an episode hit is shown turn by turn, and how the
 # other half of a question/answer pair is found.
 TURN_MEMORIES = text(f"""
     SELECT {MEMORY_COLUMNS}
     FROM unnest(CAST(:sids AS bigint[]), CAST(:seqs AS integer[])) AS w(sid, seq)
-    JOIN memories m ON m.session_id = w.sid AND (m.source -> 'seqs' ->> 0)::integer = w.seq
-    WHERE m.user_id = :user_pk AND m.metadata ->> 'granularity' = 'turn'
-      AND m.superseded_by IS NULL
+    JOIN memories m ON m.session_id = w.sid AND m.turn_seq = w.seq
+    WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
 """)
 
 # pinned_high_stakes: the high-stakes memories every context shows, the pinned ones

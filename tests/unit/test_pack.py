@@ -132,3 +132,23 @@ def test_an_oversized_newest_tool_result_is_cut_not_dropped() -> None:
     assert packed.messages[2]["content"].endswith("[truncated]")
     assert packed.messages[3]["content"] == "small"
     assert packed.tokens <= 400
+
+
+def test_choose_tier_takes_the_largest_rendering_that_fits() -> None:
+    from app.context.pack import choose_tier
+
+    block = Block("task_state", "full " * 100, tiers=("medium " * 30, "minimal"))
+    assert choose_tier(block, 1000, count_tokens).text == block.text
+    assert choose_tier(block, 50, count_tokens).text == "medium " * 30
+    assert choose_tier(block, 5, count_tokens).text == "minimal"
+    assert choose_tier(block, 0, count_tokens).text == "minimal"  # pack cuts it
+
+
+def test_window_tokens_counts_the_newest_groups() -> None:
+    from app.context.pack import window_tokens
+
+    recent = [user(f"message {i}") for i in range(6)]
+    one = recent[-1].tokens
+    assert window_tokens(recent, 3, 10_000) == 3 * one
+    assert window_tokens(recent, 10, 10_000) == 6 * one
+    assert window_tokens(recent, 3, one) == one

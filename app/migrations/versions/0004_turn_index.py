@@ -4,9 +4,10 @@
   with the term's frequency in the memory and the memory's length, keyed by
   (user_id, term): the lexical leg reads only the postings of the query's terms.
   Existing memories get theirs here.
-* Single-turn memories (``metadata.granularity = 'turn'``) are found by session
-  through ``memories_session_idx``; the GIN index on ``memories.terms`` goes (the
-  postings replace it).
+* ``memories.turn_seq``: the seq of a single-turn memory (``metadata.granularity =
+  'turn'``), indexed with its session, so /context shows an episode hit turn by
+  turn and finds the other half of a question/answer pair in one round trip.
+* The GIN index on ``memories.terms`` goes: the postings replace it.
 
 Revision ID: 0004
 Revises: 0003
@@ -47,6 +48,13 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("user_id", "term", "memory_id"),
     )
     op.create_index("memory_terms_memory_idx", "memory_terms", ["memory_id"])
+    op.add_column("memories", sa.Column("turn_seq", sa.Integer))
+    op.create_index(
+        "memories_turn_idx",
+        "memories",
+        ["session_id", "turn_seq"],
+        postgresql_where=sa.text("turn_seq IS NOT NULL"),
+    )
     # Lexical search reads the postings now; the array index only slowed writes.
     op.drop_index("memories_terms_idx", table_name="memories")
     bind = op.get_bind()
@@ -83,4 +91,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.create_index("memories_terms_idx", "memories", ["terms"], postgresql_using="gin")
+    op.drop_index("memories_turn_idx", table_name="memories")
+    op.drop_column("memories", "turn_seq")
     op.drop_table("memory_terms")

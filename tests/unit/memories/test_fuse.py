@@ -60,3 +60,16 @@ def test_pack_keeps_rank_order_within_budget() -> None:
 def test_pack_default_budget_and_oversized_items() -> None:
     assert pack_memories(["x" * 401, "y"], count=len) == ["y"]
     assert pack_memories([], count=len) == []
+
+
+def test_mmr_by_prefers_a_different_item_over_a_near_duplicate() -> None:
+    from app.memories.fuse import mmr_by
+
+    words = {"a": {"red", "kayak", "lake"}, "b": {"red", "kayak", "lake", "boat"}, "c": {"piano"}}
+
+    def similarity(x: str, y: str) -> float:
+        return len(words[x] & words[y]) / len(words[x] | words[y])
+
+    ranked = [("a", 1.0), ("b", 0.95), ("c", 0.7)]
+    assert mmr_by(ranked, similarity=similarity, lambda_=0.6, top_k=3) == ["a", "c", "b"]
+    assert mmr_by(ranked, similarity=similarity, lambda_=1.0, top_k=2) == ["a", "b"]

@@ -1,0 +1,36 @@
+"""Stemmed terms with repeats, for the BM25 postings."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.memories.bm25 import index_terms, search_terms, stem
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ("painting", "paintings", "painted", "paint"),
+        ("hike", "hiking", "hikes", "hiked"),
+        ("camp", "camping", "camped"),
+        ("city", "cities"),
+        ("try", "tried", "tries"),
+        ("run", "running"),
+        ("class", "classes"),
+    ],
+)
+def test_inflections_share_a_stem(words: tuple[str, ...]) -> None:
+    assert len({stem(w) for w in words}) == 1
+
+
+def test_ids_numbers_and_chinese_are_left_alone() -> None:
+    assert stem("qx7t2l") == "qx7t2l" and stem("2023") == "2023" and stem("过敏") == "过敏"
+    assert stem("bus") == "bus" and stem("is") == "is"
+
+
+def test_index_terms_keep_repeats_and_search_terms_do_not() -> None:
+    terms = index_terms("Tomatoes, more tomatoes; order-123 我对花生过敏")
+    assert terms.count("tomato") == 2
+    assert {"order-123", "order", "123", "花生", "过敏"} <= set(terms)
+    query = search_terms("tomatoes and tomatoes")
+    assert query == ["tomato"]
