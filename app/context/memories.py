@@ -54,6 +54,9 @@ MIN_CANDIDATES = 20
 MAX_CANDIDATES = 200
 # Turns fetched to show episode hits and pairs: about one per this many tokens.
 TOKENS_PER_FETCHED_TURN = 12
+# Without an explicit query (the latest user turn stands in), only evidence worth
+# this share of the best match comes in: the block does not fill up with loose matches.
+IMPLICIT_FLOOR = 0.5
 # MMR reorders the best this many turns (cost grows with its square).
 MMR_DEPTH = 40
 MMR_LAMBDA = 0.8
@@ -139,13 +142,20 @@ async def memory_block(
     turns, whole = await _turns(conn, request, [m for m in found if m.kind == "episode"])
     language = detect_language([query, *(t.row.text for t in turns[:5])])
     now = datetime.now(UTC)
+    if request.explicit_query is None and turns:
+        floor = max(t.value for t in turns) * IMPLICIT_FLOOR
+        turns = [t for t in turns if t.value >= floor]
     return _render(pinned + facts, whole, turns, request.budget_tokens, language, now)
 
 
 def _visible(m: MemoryRow, request: MemoryRequest) -> bool:
-    """Another session's memories, and this session's only where compacted away."""
+    """Another session's memories; this session's only where compacted away, and only
+    when asked with an explicit query (restore on miss): its task state and live turns
+    stand for it otherwise."""
     if m.session_id != request.session_pk:
         return True
+    if request.explicit_query is None:
+        return False
     seqs = _seqs(m)
     if not seqs:
         return False
