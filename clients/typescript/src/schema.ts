@@ -1495,6 +1495,10 @@ export interface operations {
             query?: {
                 max_tokens?: number | null;
                 query?: string | null;
+                /** @description At most this many tokens of long-term memory (0: none). Default: all that the task state and the working window leave when `query` is given, else the configured share. */
+                memory_tokens?: number | null;
+                /** @description Search candidates per retrieval list (0: no search). Default: follows the memory budget. */
+                memory_k?: number | null;
             };
             header?: never;
             path: {
