@@ -120,6 +120,9 @@ def parse_args(spec: Spec, argv: Sequence[str] | None, extra: Callable[[Any], No
     parser.add_argument(
         "--plot-episodes", type=Path, default=None, help="PNG of episode recall by category"
     )
+    parser.add_argument(
+        "--markdown", type=Path, default=None, help="write the tables as Markdown here"
+    )
     parser.add_argument("--no-baselines", action="store_true", help="Mnemo only")
     parser.add_argument(
         "--env",
@@ -541,6 +544,53 @@ def print_report(result: Mapping[str, Any], spec: Spec) -> None:
         )
 
 
+def markdown(result: Mapping[str, Any]) -> str:
+    """The headline tables as Markdown (docs/benchmarks.md takes them as they are)."""
+    summary = result["summary"]
+    names = result["category_names"]
+    budgets = result["parameters"]["budgets"]
+    present = [s for s in SYSTEMS if s in summary]
+    cats = list(summary["mnemo"].keys())
+    head = "| category | n | " + " | ".join(f"{b}: " + " / ".join(present) for b in budgets) + " |"
+    lines = [head, "|---|---|" + "---|" * len(budgets)]
+    for cat in cats:
+        cells = []
+        for b in budgets:
+            values = [summary[s][cat].get(ev(b)) for s in present]
+            best = max((v for v in values if v is not None), default=None)
+            cells.append(
+                " / ".join(
+                    "-" if v is None else (f"**{v:.3f}**" if v == best else f"{v:.3f}")
+                    for v in values
+                )
+            )
+        n = summary["mnemo"][cat]["n"]
+        lines.append(f"| {_label(cat, names)} | {n} | " + " | ".join(cells) + " |")
+    tokens = " / ".join(
+        f"{b}: " + ", ".join(f"{s} {summary[s]['all'].get(tok(b)) or 0:.0f}" for s in present)
+        for b in budgets
+    )
+    figures = result["figures"]
+    lines += [
+        "",
+        f"Tokens used (mean): {tokens}. Context latency p50, one client: "
+        + ", ".join(f"{b}: {figures.get(f'context_ms_p50@{b}')} ms" for b in budgets)
+        + ".",
+        "",
+        "| category | episode search session R@5 "
+        + " / ".join(present)
+        + " | turn R@10 at equal characters "
+        + " / ".join(present)
+        + " |",
+        "|---|---|---|",
+    ]
+    for cat in cats:
+        s5 = " / ".join(f"{summary[s][cat].get('episodes_session_r@5') or 0:.3f}" for s in present)
+        tr = " / ".join(f"{summary[s][cat].get('episodes_turn_r@chars') or 0:.3f}" for s in present)
+        lines.append(f"| {_label(cat, names)} | {s5} | {tr} |")
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -636,6 +686,9 @@ def main(spec: Spec, argv: Sequence[str] | None, extra: Callable[[Any], None]) -
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print_report(result, spec)
     print(f"wrote {args.out}", file=sys.stderr)
+    if args.markdown:
+        args.markdown.write_text(markdown(result), encoding="utf-8")
+        print(f"wrote {args.markdown}", file=sys.stderr)
     if args.plot or args.plot_episodes:
         from bench.datasets import plots
 
