@@ -57,6 +57,11 @@ TOKENS_PER_FETCHED_TURN = 12
 # Without an explicit query (the latest user turn stands in), only evidence worth
 # this share of the best match comes in: the block does not fill up with loose matches.
 IMPLICIT_FLOOR = 0.5
+# Turns are picked by value / tokens ** this: 0 is by value alone, 1 by value per token.
+DENSITY_EXPONENT = 1.0
+# Turns up to this long count as this long: a one-liner is not worth more than a
+# sentence of evidence for being short.
+DENSITY_FLOOR_TOKENS = 128
 # MMR reorders the best this many turns (cost grows with its square).
 MMR_DEPTH = 40
 MMR_LAMBDA = 0.8
@@ -91,6 +96,20 @@ class _Turn:
     @property
     def key(self) -> tuple[int, int]:
         return (self.session_pk, self.seq)
+
+    @property
+    def tokens(self) -> int:
+        return _tokens(self.row)
+
+    @property
+    def density(self) -> float:
+        """Evidence per token: value, discounted for length (a long turn must be worth
+        more than the several short ones it would displace)."""
+        return self.value / max(self.tokens, DENSITY_FLOOR_TOKENS) ** DENSITY_EXPONENT
+
+
+def _tokens(m: MemoryRow) -> int:
+    return int(m.metadata.get("tokens") or count_tokens(m.text + "\n"))
 
 
 def _is_turn(m: MemoryRow) -> bool:
@@ -214,7 +233,7 @@ async def _turns(
         if before is not None and _asks(before.row):
             before.value = max(before.value, turn.value * PAIR_SHARE)
     whole = [m for m in episodes if not any((m.session_id, s) in by_key for s in _seqs(m))]
-    ranked = sorted((t for t in by_key.values() if t.value > 0), key=lambda t: -t.value)
+    ranked = sorted((t for t in by_key.values() if t.value > 0), key=lambda t: -t.density)
     return _diversify(ranked), whole
 
 
@@ -223,7 +242,7 @@ def _diversify(ranked: list[_Turn]) -> list[_Turn]:
     head, tail = ranked[:MMR_DEPTH], ranked[MMR_DEPTH:]
     if len(head) < 3:
         return ranked
-    top = head[0].value or 1.0
+    top = max(t.density for t in head) or 1.0
     words = {t.key: frozenset(_content(t.row).lower().split()) for t in head}
 
     def similarity(a: tuple[int, int], b: tuple[int, int]) -> float:
@@ -231,7 +250,7 @@ def _diversify(ranked: list[_Turn]) -> list[_Turn]:
         return len(wa & wb) / len(wa | wb) if wa or wb else 0.0
 
     order = mmr_by(
-        [(t.key, t.value / top) for t in head],
+        [(t.key, t.density / top) for t in head],
         similarity=similarity,
         lambda_=MMR_LAMBDA,
         top_k=len(head),
@@ -276,7 +295,7 @@ def _render(
         if left <= 0:
             break
         key = (_day(turn.row), turn.session_pk)
-        cost = int(turn.row.metadata.get("tokens") or count(turn.row.text + "\n"))
+        cost = turn.tokens
         if key not in groups:
             cost += count(f"[{date_label(key[0], language)}]\n")
         if cost > left:
