@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 PROBLEM_TYPE_BASE = "https://mnemo.dev/problems/"
 RETRY_AFTER_S = 2
+_PATH_PARAMETER = re.compile(r"\{[^}/]+\}")  # "{session_id}" in an OpenAPI path
 
 
 def problem(
@@ -185,7 +186,7 @@ def _allowed_methods(app: FastAPI, request: Request) -> str:
     methods = {
         method.upper()
         for template, operations in app.openapi()["paths"].items()
-        if re.fullmatch(re.sub(r"\{[^}/]+\}", "[^/]+", template), path)
+        if re.fullmatch(_PATH_PARAMETER.sub("[^/]+", template), path)
         for method in operations
     }
     return ", ".join(sorted(methods))

@@ -37,6 +37,7 @@ FULL_LEDGER_CALLS = 12
 RECENT_CALLS = 6
 _MAX_VALUES = 6  # distinct values listed per varying argument
 _FIELD = re.compile(r"^(?P<key>[^=,:]{1,60})=")
+_PATH_STEP = re.compile(r"[.\[]")  # "$.booking.pnr" → "$", "booking", "pnr"
 
 
 class Detail(IntEnum):
@@ -72,7 +73,7 @@ def format_call(action: Action, limit: int = 160) -> str:
 
 def refs(action: Action) -> list[str]:
     """The ``key=value`` parts of the result summary that are ids or locations."""
-    keys = {re.split(r"[.\[]", path)[-1] for path in action.ref_paths}
+    keys = {_PATH_STEP.split(path)[-1] for path in action.ref_paths}
     found = []
     for part in action.result_summary.split(", "):
         m = _FIELD.match(part)

@@ -81,20 +81,35 @@ def containment(needle: str, haystack: str) -> float:
 # Language-neutral tokens: JSON keys, and identifiers, numbers, dates, paths and
 # URLs (anything with a digit, "_" or "/"), e.g. "search_hotels", "2026-05-14", "TP200".
 _JSON_KEY = re.compile(r'"(?:[^"\\\n]{0,80})"\s*:')
-_NEUTRAL = re.compile(r"[A-Za-z0-9_.\-/:@~]*[\d_/][A-Za-z0-9_.\-/:@~]*")
+# A token is taken whole from its first character (it holds a digit, "_" or "/"
+# somewhere): starting inside a run would re-scan it from every position.
+_NEUTRAL = re.compile(r"(?<![A-Za-z0-9_.\-/:@~])(?=[A-Za-z.\-:@~]*+[\d_/])[A-Za-z0-9_.\-/:@~]++")
 _LATIN_ONLY = re.compile(r"[A-Za-z][A-Za-z'\-]*")
+
+
+# Language is judged on a sample: the start of each text, and no more than this much
+# in all. ``/context`` asks it of every pinned memory on every read.
+SAMPLE_CHARS_PER_TEXT = 1_000
+SAMPLE_CHARS = 20_000
 
 
 def cjk_ratio(texts: Iterable[str]) -> float:
     """CJK characters over (CJK characters + Latin words): a word is roughly a character.
 
     JSON keys, numbers and identifiers are neither language, so tool output or a
-    pasted config does not make a Chinese conversation look English.
+    pasted config does not make a Chinese conversation look English. Only a
+    bounded sample is read (``SAMPLE_CHARS_PER_TEXT`` of each, ``SAMPLE_CHARS``
+    in all).
     """
     cjk = latin = 0
+    budget = SAMPLE_CHARS
     for text in texts:
         if not text:
             continue
+        if budget <= 0:
+            break
+        text = text[: min(SAMPLE_CHARS_PER_TEXT, budget)]
+        budget -= len(text)
         if '":' in text or '" :' in text:
             text = _JSON_KEY.sub(" ", text)
         cjk += len(_CJK.findall(text))

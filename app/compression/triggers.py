@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.compression.extract.tools import calls_of, classify_result
+from app.compression.extract.tools import calls_of, result_status
 from app.compression.state import TaskState, TurnView
 from app.compression.text import action_key, normalize, word_set
 
@@ -60,6 +60,7 @@ _ASSISTANT_DONE = re.compile(
     re.IGNORECASE,
 )
 _TOOL_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+_MILESTONE_CHARS = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,7 @@ def trailing_failures(recent: Sequence[TurnView]) -> int:
     for turn in reversed(recent):
         if turn.role != "tool":
             continue
-        if classify_result(turn.content).status != "failed":
+        if result_status(turn.content) != "failed":
             break
         count += 1
     return count
@@ -149,7 +150,8 @@ def repeated_call(recent: Sequence[TurnView], state: TaskState | None) -> str | 
 
 def reached_milestone(recent: Sequence[TurnView], state: TaskState | None) -> str | None:
     for turn in recent:
-        text = (turn.content or "").strip()
+        # "Done!" is said in a short message: a long one is not read whole on ingest.
+        text = (turn.content or "")[:_MILESTONE_CHARS].strip()
         if turn.role == "user" and text and _DONE.search(text):
             return "user marked work done"
         if turn.role == "assistant" and text and _ASSISTANT_DONE.search(text):
@@ -161,7 +163,7 @@ def reached_milestone(recent: Sequence[TurnView], state: TaskState | None) -> st
     for turn in recent:
         for call in calls_of(turn):
             result = results.get(call.call_id) if call.call_id else None
-            if result is None or classify_result(result.content).status != "done":
+            if result is None or result_status(result.content) != "done":
                 continue
             words = {w.lower() for w in _TOOL_WORDS.findall(call.tool) if len(w) >= 3}
             for todo in todos:

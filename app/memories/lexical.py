@@ -21,10 +21,12 @@ from collections.abc import Iterable, Mapping, Sequence
 
 _CJK_CLASS = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(
-    r"(?P<email>[a-z0-9._%+\-]+@[a-z0-9\-]+(?:\.[a-z0-9\-]+)+)"
+    # An email starts where its run of address characters starts (else a long run
+    # without "@" is re-scanned from each of its positions).
+    r"(?P<email>(?<![a-z0-9._%+\-])[a-z0-9._%+\-]++@[a-z0-9\-]++(?:\.[a-z0-9\-]++)+)"
     rf"|(?P<cjk>[{_CJK_CLASS}]+)"
     # A word: letters/digits of any non-CJK script, joined by - _ . / ' inside.
-    rf"|(?P<word>[^\W_{_CJK_CLASS}]+(?:[\-_./'][^\W_{_CJK_CLASS}]+)*)"
+    rf"|(?P<word>[^\W_{_CJK_CLASS}]++(?:[\-_./'][^\W_{_CJK_CLASS}]++)*+)"
 )
 _COMPOUND_SPLIT = re.compile(r"[\-_./]")
 _NUMBER = re.compile(r"[\d.]+")

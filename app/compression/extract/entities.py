@@ -27,11 +27,20 @@ _PATH = re.compile(
     r"(?:(?<=[\s(（\"'`“：:=])|^)"
     r"(?:~|\.{1,2})?/(?:[\w.\-@]+/)*[\w\-@]+(?:\.[A-Za-z0-9]{1,8}|/[\w\-@]+)",
 )
-_EMAIL = re.compile(r"\b[\w.+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}\b")
+# The local part is taken from the start of its run (a "." or "+" before the first
+# letter is not part of it), so a long dotted run is scanned once, not from every dot;
+# domain labels are atomic: only whole labels are given back to find the TLD.
+_EMAIL = re.compile(
+    r"(?<![\w.+\-])[.+\-]*+(?P<email>\w[\w.+\-]*+@"
+    r"(?>[A-Za-z0-9\-]+)(?:\.(?>[A-Za-z0-9\-]+))*\.[A-Za-z]{2,}\b)"
+)
 # A table name must look like an identifier (quoted, dotted or snake_case) so
 # "book a table for four" is not a table; after 表 any identifier will do.
 _IDENT = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){0,2}"
-_SNAKE = r"[A-Za-z_]\w*(?:[_.]\w+)+"
+# snake_case or dotted: an identifier with a "_" or "." after its first character. It
+# starts where the identifier starts and is taken whole (atomic), so a run of
+# underscores or dots costs one pass; ``[A-Za-z_]\w*(?:[_.]\w+)+`` was exponential.
+_SNAKE = r"(?<!\w)(?<!\w\.)(?=[A-Za-z_]\w*[_.]\w)(?>[A-Za-z_]\w*(?:\.\w+)*)"
 _TABLE = re.compile(
     rf"\btables?\s+(?:[`\"']({_IDENT})[`\"']|({_SNAKE}))"
     rf"|(?:[`\"']({_IDENT})[`\"']|\b({_SNAKE}))\s+table\b"
@@ -45,7 +54,7 @@ _LABELLED_ID = re.compile(
     r"(?:id|number|no\.?)|\b(?:job|run|task|request|trace|case|issue)\s+id\b"
     r"|订单号|预订号|确认号|确认码|预订码|单号|工单号?|票号|编号|流水号)"
     r"\s*(?:is|was|=|:|：|#|是|为)?\s*[`\"'“]?"
-    r"(?P<value>(?=[A-Za-z0-9\-_]*\d)[A-Za-z0-9][A-Za-z0-9\-_]{3,40})",
+    r"(?P<value>(?=[A-Za-z0-9\-_]{0,40}\d)[A-Za-z0-9][A-Za-z0-9\-_]{3,40})",
     re.IGNORECASE,
 )
 
@@ -58,9 +67,11 @@ _BOOKING_LABEL = re.compile(
     re.IGNORECASE,
 )
 
+# A bare number is read from its first digit (not from each digit of a long run) and
+# taken whole (possessive): nothing after it can start with a digit or a comma.
 AMOUNT = re.compile(
-    r"(?:[¥$€£￥]|\b(?:USD|EUR|CNY|RMB|JPY|GBP|HKD)\s?)\d[\d,]*(?:\.\d+)?(?:\s?[kKmM万千亿])?"
-    r"|\d[\d,]*(?:\.\d+)?\s?(?:[万千亿])?\s?(?:元|块钱|块|美元|欧元|日元|英镑|港币"
+    r"(?:[¥$€£￥]|\b(?:USD|EUR|CNY|RMB|JPY|GBP|HKD)\s?)\d[\d,]*+(?:\.\d+)?(?:\s?[kKmM万千亿])?"
+    r"|(?<!\d)(?<!\d,)\d[\d,]*+(?:\.\d++)?\s?(?:[万千亿])?\s?(?:元|块钱|块|美元|欧元|日元|英镑|港币"
     r"|(?:USD|EUR|CNY|RMB|JPY|GBP|dollars?|euros?|bucks)\b)",
     re.IGNORECASE,
 )
@@ -107,7 +118,7 @@ def find_artifacts(text: str, *, limit: int = 12) -> list[Found]:
             add(m.start(), m.end(), Found("path", _trim(m.group()), None))
     if "@" in text:
         for m in _EMAIL.finditer(text):
-            add(m.start(), m.end(), Found("email", m.group(), None))
+            add(m.start("email"), m.end("email"), Found("email", m.group("email"), None))
     lowered = text.lower()
     for m in _LABELLED_ID.finditer(text) if _ID_HINT.search(lowered) else ():
         label = " ".join(m.group("label").split())

@@ -60,7 +60,7 @@ OFFER = re.compile(
     r"|you have (?:any )?(?:other |more )?questions|there(?:'s| is) anything|(?:i|we) can|anything)"
     r"|\b(?:just )?let me know(?: if| whenever| when)? you(?:'d| would)? like (?:me )?to\b"
     r"|\b(?:happy|glad) to (?:help|assist|compare|look|dig|check|explain|go)\b"
-    r".*\b(?:whenever|anytime|if you)"
+    r".{0,200}\b(?:whenever|anytime|if you)"
     r"|\bfeel free to\b|\bdon'?t hesitate\b|\bif you need anything\b|\banything else\b"
     r"|\bis there anything else\b|\bhope (?:this|that) helps\b)"
     r"|随时(?:告诉|叫|联系|找|问)我?|有(?:任何)?需要(?:的话)?(?:随时|请|可以)|如(?:果|有)?需要.{0,16}(?:告诉我|叫我|说一声|联系我)"
@@ -149,10 +149,13 @@ INSTEAD_OF = re.compile(
     r"|不用\s*(?P<old3>[^，。,；;]{1,20}?)\s*了?[，,]\s*(?:改用|换成|用)\s*(?P<value3>[^，。,；;]{1,20})",
     _I,
 )
+# Everything from the cue on goes (DOTALL: ``.*$`` re-scanned the rest of the line from
+# every cue); a whitespace or punctuation run is entered at its start only.
 VALUE_CUT = re.compile(
-    r"\s+(?:and|but|then|instead|because|please|for|so|if|since|as|when|unless|rather)\b.*$"
-    r"|(?:然后|并且|因为|如果|而且|以便|吧|了|啊|呀|哦|哈|呢|嘛)+.*$"
-    r"|[.。!！?？]+$",
+    r"(?<!\s)\s++(?:and|but|then|instead|because|please|for|so|if|since|as|when|unless|rather)"
+    r"\b(?s:.*)"
+    r"|(?:然后|并且|因为|如果|而且|以便|吧|了|啊|呀|哦|哈|呢|嘛)(?s:.*)"
+    r"|(?<![.。!！?？])[.。!！?？]++$",
     _I,
 )
 PARAM_NAME_STOP = re.compile(
@@ -173,7 +176,7 @@ REVOKE = re.compile(
     # Suffix cues ("X 不算了", "X is no longer needed"): the target is the text before
     # them, cut in code; a lazy prefix group here would be tried at every position.
     r"|(?P<suffix>(?:的(?:要求|限制))?(?:不算了|不要了|作废了?|取消了|不用了|不需要了|没必要了|可以忽略|不再适用)"
-    r"|(?i:\s+(?:is|are) (?:no longer|not) (?:needed|required|necessary"
+    r"|(?i:(?<!\s)\s++(?:is|are) (?:no longer|not) (?:needed|required|necessary"
     r"|a (?:requirement|constraint|problem|concern|restriction)|an issue)\b))"
     r"|^(?:算了|当我没说|刚才说的不算|忘了它|忘掉吧)"
     # en
@@ -196,7 +199,8 @@ HIGH_STAKES = (
         re.compile(
             r"哮喘|糖尿病|高血压|心脏病|怀孕|孕期|癫痫|病史|医嘱|正在(?:服用|吃).{0,8}药|药物|处方|胰岛素|血型|残疾|轮椅"
             r"|\basthma|diabet|hypertension|heart condition|epilep|pregnan|medication|prescri"
-            r"|\bdosage\b|\binsulin\b|blood type|wheelchair|disabilit|medical condition|\d+\s?mg\b",
+            r"|\bdosage\b|\binsulin\b|blood type|wheelchair|disabilit|medical condition"
+            r"|(?<!\d)\d++\s?mg\b",
             _I,
         ),
     ),
@@ -227,7 +231,9 @@ HIGH_STAKES = (
         ),
     ),
 )
-LONG_DIGITS = re.compile(r"\b\d(?:[\d -]{8,})(\d{4})\b")
+# A card or account number: 13–69 digits, spaces or dashes ending in 4 digits. Bounded,
+# so a long run of digits is not re-scanned from every group ("1234 1234 …").
+LONG_DIGITS = re.compile(r"\b\d[\d -]{8,64}(\d{4})\b")
 
 # ------------------------------------------------------------------- goals
 GOAL_EXPLICIT = re.compile(
@@ -336,7 +342,7 @@ PREREQUISITE = re.compile(
     r"|(?i:\b(?:once|as soon as|after)\s+"
     r"(?P<p9>(?:the|a|an|my|our|your|his|her|their)\s+\w[^,.;]*))"
     r"|(?:需要|要|得)先?(?:您|你|用户)?(?:提供|给|发|上传|确认)(?P<p4>[^，。,；;]+)"
-    r"|等(?:您|你|我|我们)?(?:提供|给|发|上传|确认|拿到|收到)(?P<p5>[^，。,；;]+?)(?:之?后|以后|再)"
+    r"|等(?:您|你|我|我们)?(?:提供|给|发|上传|确认|拿到|收到)(?P<p5>[^，。,；;]{1,60}?)(?:之?后|以后|再)"
     r"|缺少(?P<p6>[^，。,；;]+)|还没有(?P<p7>[^，。,；;]+)|(?:需要|依赖)(?P<p8>[^，。,；;]{1,20})才能"
     # "等顾客确认收到换货之后再关": whoever the subject, what comes after 等 is awaited.
     r"|等(?P<p10>[^，。,；;]{2,30}?)(?:之后|以后|后)(?:再|才)"
@@ -349,11 +355,13 @@ BLOCKER = re.compile(
     r"|missing (?:the|a|an|your)|lack(?:ing)?|waiting on)\b)"
 )
 TODO_DONE = re.compile(
-    r"^(?P<t1>.+?)\s*(?:已经|都)?(?:完成了|搞定了|做完了|弄好了|办好了|订好了|处理好了)"
+    # The subject ends on a non-space: a lazy ``.+?`` followed by ``\s*`` re-scanned a
+    # run of spaces from each of its positions.
+    r"^(?P<t1>.+?)(?<!\s)\s*+(?:已经|都)?(?:完成了|搞定了|做完了|弄好了|办好了|订好了|处理好了)"
     r"|^(?:已完成|完成了|搞定了?)[：:，,\s]*(?P<t2>.+)"
     r"|(?i:^(?:done with|finished|completed|i'?ve (?:finished|completed|done))\s+(?P<t3>.+))"
-    r"|(?i:^(?P<t4>.+?)\s+(?:is|are|has been|have been)\s+(?:done|finished|completed|taken care of"
-    r"|sorted)\b)"
+    r"|(?i:^(?P<t4>.+?)(?<!\s)\s++(?:is|are|has been|have been)\s++"
+    r"(?:done|finished|completed|taken care of|sorted)\b)"
 )
 
 # ------------------------------------------------------------------- prefilters

@@ -49,8 +49,12 @@ _CONSTRAINT_LED = re.compile(
 )
 _TOOL_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 _MAX_SENTENCES_PER_TURN = 200
+# What the sentence rules see of one sentence, and the artifact patterns of one turn:
+# a longer "sentence" is a paste, not speech, and every pattern's cost grows with it.
+MAX_SENTENCE_CHARS = 2_000
+MAX_ARTIFACT_SCAN_CHARS = 20_000
 _LAST_CLAUSE = re.compile(r"[,，:：;；]")
-_OR = re.compile(r"\s+or\s+|还是|或者", re.IGNORECASE)
+_OR = re.compile(r"(?<!\s)\s++or\s+|还是|或者", re.IGNORECASE)
 _QUESTION_WORDS = word_set(
     "which what when where who how should shall would could do you prefer want like use "
     "哪个 哪家 哪些 什么 怎么 是否 需要 喜欢 想要 您 你 我"
@@ -92,7 +96,9 @@ def extract_units(turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
 def raw_sentences(text: str) -> list[str]:
     """Sentences as written (code blocks removed: code is not speech)."""
     text = _CODE_FENCE.sub(" ", text)
-    parts = (P.BULLET.sub("", p).strip() for p in P.SENTENCE_SPLIT.split(text) if p)
+    parts = (
+        P.BULLET.sub("", p[:MAX_SENTENCE_CHARS]).strip() for p in P.SENTENCE_SPLIT.split(text) if p
+    )
     return [p for p in parts if p][:_MAX_SENTENCES_PER_TURN]
 
 
@@ -245,7 +251,7 @@ def _assistant_units(turn: TurnView, sentences: list[str], ctx: Context) -> list
 
 
 def _text_artifacts(turn: TurnView) -> list[Unit]:
-    content = _CODE_FENCE.sub(" ", turn.content or "")
+    content = _CODE_FENCE.sub(" ", (turn.content or "")[:MAX_ARTIFACT_SCAN_CHARS])
     return [
         ArtifactUnit(artifact_kind=f.kind, value=f.value, label=f.label, source_seqs=[turn.seq])
         for f in find_artifacts(content)

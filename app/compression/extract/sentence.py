@@ -59,19 +59,27 @@ _TODO_LEAD = re.compile(
 # Prerequisites stated as a condition on the todo ("once you have X", "等X之后再…"),
 # as opposed to a missing thing named inside it ("缺少…"): the todo text stops there.
 _CONDITION_GROUPS = ("p1", "p2", "p4", "p5", "p9", "p10")
-# What is left of a condition clause once it is cut: "… that", "…，等".
+# What is left of a condition clause once it is cut: "… that", "…，等". A run of
+# these words is entered at its first word only (the lookbehinds), so a text of
+# "and and and …" is scanned once rather than from every word.
+_TAIL_WORDS = ("once", "after", "when", "as soon as", "until", "but", "and", "that", "which")
 _TODO_TAIL = re.compile(
-    r"(?:\s+(?:once|after|when|as soon as|until|but|and|that|which))+$"
-    r"|[，,]?\s*(?:等|需要先|要先)$",
+    r"(?<!\s)"
+    + "".join(rf"(?<!\s{word})" for word in _TAIL_WORDS)
+    + rf"(?:\s++(?:{'|'.join(_TAIL_WORDS)}))++$"
+    r"|[，,]?(?<!\s)\s*+(?:等|需要先|要先)$",
     re.I,
 )
+_CLAUSE_MARK = re.compile(r"[，,；;:：]")
+_VALUE_LEAD = re.compile(r"^(?:了|成|为)\s*")  # "改成了 64", "设为 64"
+_VALUE_LIKE = re.compile(r"(?<!\s)\s*+[A-Za-z0-9\"“'¥$]")
 _NAME_LEAD = re.compile(r"^(?:the|my|our|your)\s+", re.I)
 _TARGET_LEAD = re.compile(
     r"^(?:之前的?|刚才的?|那个|这个|上面的?|前面的?)|^(?:the|my|that|this|about|on|of)\s+", re.I
 )
 # "取消评估模型这个任务": the task is "评估模型"; the tail only points at it.
 _TARGET_TRAIL = re.compile(
-    r"(?:这个|那个|的)?(?:任务|要求|限制|计划|事情|事|设置|约束)$|\s+(?:requirement|constraint|rule"
+    r"(?:这个|那个|的)?(?:任务|要求|限制|计划|事情|事|设置|约束)$|(?<!\s)\s++(?:requirement|constraint|rule"
     r"|restriction|task|plan|thing)s?$",
     re.I,
 )
@@ -117,7 +125,7 @@ def _hinted(hint: re.Pattern[str], sentence: str) -> bool:
 def _suffix_target(sentence: str, end: int) -> str:
     """The clause before a suffix cue: "…，周五前完成的要求不算了" → "周五前完成"."""
     head = sentence[:end]
-    return re.split(r"[，,；;:：]", head)[-1][-50:]
+    return _CLAUSE_MARK.split(head)[-1][-50:]
 
 
 def revocation(sentence: str, seq: int, ctx: Context) -> RevocationUnit | None:
@@ -198,7 +206,7 @@ def todo_done(sentence: str, seq: int, ctx: Context) -> TodoUnit | None:
 
 
 def _clean_value(value: str) -> str:
-    value = re.sub(r"^(?:了|成|为)\s*", "", value.strip())
+    value = _VALUE_LEAD.sub("", value.strip())
     return P.VALUE_CUT.sub("", value).strip(" \"'“”`")
 
 
@@ -282,7 +290,7 @@ def _bare_use_in_word(clause: str, m: re.Match[str]) -> bool:
     if verb.startswith("从"):
         return False
     if verb.endswith(("用",)) and not verb.startswith(("必须", "应该")):
-        return not re.match(r"\s*[A-Za-z0-9\"“'¥$]", clause[m.start("value") :])
+        return not _VALUE_LIKE.match(clause[m.start("value") :])
     return False
 
 

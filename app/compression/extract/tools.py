@@ -28,6 +28,11 @@ from app.compression.state import (
 from app.compression.text import clip
 
 SUMMARY_CHARS = 240
+# How much of a text result the failure cues are looked for in: an error says so at
+# the start, a stack trace at the end. A 200,000-character log is not read whole.
+_FAILURE_HEAD_CHARS = 4096
+_FAILURE_TAIL_CHARS = 1024
+_ARTIFACT_CHARS = 4000
 _FIELD_CHARS = 48
 _MAX_FIELDS = 6
 _MAX_ARTIFACTS = 8
@@ -44,15 +49,17 @@ _STATUS_KEYS = ("status", "state", "result", "outcome")
 _HTTP_KEYS = ("status_code", "statuscode", "http_status", "httpstatus", "http_code", "code")
 _FLAG_KEYS = ("success", "ok", "succeeded")
 
+# ``^[^\S\n]*``, not ``^\s*``: with MULTILINE, ``\s*`` ran from every line start over
+# all the blank lines after it ("x" + "\n" * 10_000 + "x" took seconds).
 _TEXT_FAILURE = re.compile(
-    r"^\s*(?:error|err|exception|fatal|failed|failure|traceback|panic)\b"
+    r"^[^\S\n]*+(?:error|err|exception|fatal|failed|failure|traceback|panic)\b"
     r"|Traceback \(most recent call last\)"
-    r"|^\s*[A-Za-z_.]*(?:Error|Exception)\b\s*[:(]"
+    r"|^[^\S\n]*+[A-Za-z_.]*(?:Error|Exception)\b[^\S\n]*+[:(]"
     r"|\b[45]\d\d\s+(?:Bad Request|Unauthorized|Payment Required|Forbidden|Not Found"
     r"|Method Not Allowed|Conflict|Gone|Unprocessable Entity|Too Many Requests"
     r"|Internal Server Error|Bad Gateway|Service Unavailable|Gateway Timeout)"
     r"|\b(?:timed out|connection refused|permission denied|access denied)\b"
-    r"|^\s*(?:错误|失败|异常|超时|报错)|(?:请求|调用|执行|操作|连接)(?:失败|超时|出错|被拒绝)",
+    r"|^[^\S\n]*+(?:错误|失败|异常|超时|报错)|(?:请求|调用|执行|操作|连接)(?:失败|超时|出错|被拒绝)",
     re.IGNORECASE | re.MULTILINE,
 )
 
@@ -72,6 +79,7 @@ _LOCATION_KEY = re.compile(
     r"^(?:.*_)?(?:path|file|filename|filepath|uri|url|output|dest|destination|location|s3_?uri|link)$",
     re.IGNORECASE,
 )
+_PATH_STEP = re.compile(r"[.\[]")  # "$.booking.pnr" → "$", "booking", "pnr"
 _TABLE_KEY = re.compile(r"^(?:.*_)?table(?:_?name)?$", re.IGNORECASE)
 # Fields that tell an agent what happened, in the order they are worth showing.
 _SALIENT_KEY = re.compile(
@@ -139,7 +147,7 @@ def _decode(content: str | None) -> tuple[bool, Any]:
     if stripped[:1] in ("{", "[") or stripped in ("null", "true", "false"):
         try:
             return True, json.loads(stripped)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested thousands deep
             pass
     return False, stripped
 
@@ -247,7 +255,7 @@ def _object_outcome(obj: dict[str, Any]) -> Outcome:
             if _scalar(value):
                 parts.append(f"{key}={_fmt(value)}")
                 shown_paths.add(f"$.{key}")
-    top_shown = {re.split(r"[.\[]", p[2:], maxsplit=1)[0] for p in shown_paths}
+    top_shown = {_PATH_STEP.split(p[2:], maxsplit=1)[0] for p in shown_paths}
     hidden = sum(1 for k in obj if str(k) not in top_shown)
     if hidden:
         parts.append(f"+{hidden} more fields")
@@ -284,10 +292,17 @@ def _list_outcome(items: list[Any]) -> Outcome:
     )
 
 
+def _text_failed(text: str) -> bool:
+    if len(text) > _FAILURE_HEAD_CHARS + _FAILURE_TAIL_CHARS:
+        head, tail = text[:_FAILURE_HEAD_CHARS], text[-_FAILURE_TAIL_CHARS:]
+        return _TEXT_FAILURE.search(head) is not None or _TEXT_FAILURE.search(tail) is not None
+    return _TEXT_FAILURE.search(text) is not None
+
+
 def _text_outcome(text: str) -> Outcome:
     if not text:
         return Outcome("done", "empty", "(empty)")
-    failed = _TEXT_FAILURE.search(text) is not None
+    failed = _text_failed(text)
     first_line = next((line for line in text.splitlines() if line.strip()), "")
     if failed:
         # Stack traces bury the message on the last line.
@@ -300,7 +315,7 @@ def _text_outcome(text: str) -> Outcome:
         status="failed" if failed else "done",
         result_type="error" if failed else "text",
         summary=summary,
-        artifacts=[] if failed else find_artifacts(text[:4000], limit=_MAX_ARTIFACTS),
+        artifacts=[] if failed else find_artifacts(text[:_ARTIFACT_CHARS], limit=_MAX_ARTIFACTS),
     )
 
 
@@ -330,8 +345,19 @@ def classify_result(content: str | None) -> Outcome:
     return _text_outcome(str(value))
 
 
-def is_failure(content: str | None) -> bool:
-    return classify_result(content).status == "failed"
+def result_status(content: str | None) -> ActionStatus:
+    """``classify_result(content).status`` without the summary and artifacts.
+
+    The ingest trigger policy asks this of the latest tool results on every post
+    of a session with tools, on the request path: it reads a bounded window of a
+    text result and never looks for artifacts.
+    """
+    is_json, value = _decode(content)
+    if not is_json:
+        return "failed" if value and _text_failed(value) else "done"
+    if isinstance(value, dict) and _dict_failed(value) is not None:
+        return "failed"
+    return "done"
 
 
 def _argument_artifacts(arguments: dict[str, Any]) -> list[Found]:
