@@ -21,11 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.compression import repo
 from app.compression.diff import diff_summary
 from app.compression.extract.base import Extractor
-from app.compression.extract.fallback import extract_with_fallback
-from app.compression.extract.rules import extract_units
+from app.compression.extract.fallback import ExtractionResult, extract_with_fallback
+from app.compression.extract.isolated import ExtractionDeadline
 from app.compression.merge import merge
 from app.compression.render import detect_language, render
-from app.compression.state import TaskState, TurnView, Unit, dump_units
+from app.compression.state import TaskState, TurnView, dump_units
 from app.compression.triggers import TIER_FRACTIONS, select_turns, tier_for
 from app.core.config import Settings
 from app.core.tokens import count_tokens
@@ -38,16 +38,6 @@ log = logging.getLogger(__name__)
 # for memories and the recent raw turns.
 STATE_SHARE = 0.6
 MANUAL_TIER = len(TIER_FRACTIONS) + 1  # "compress now" takes all but the working window
-
-
-class OffLoopRuleExtractor:
-    """The rule extractor, run in a thread: in `mnemo serve` the worker shares the
-    event loop with the API, and a long extraction must not stall its requests."""
-
-    name = "rules"
-
-    async def extract(self, turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
-        return await asyncio.to_thread(extract_units, turns, state)
 
 
 @dataclass
@@ -78,6 +68,24 @@ def _dropped_note(dropped: int) -> str:
     return f" [{dropped} unit(s) dropped: failed validation]" if dropped else ""
 
 
+async def _extract(
+    deps: CompressionDeps, turns: Sequence[TurnView], state: TaskState
+) -> ExtractionResult:
+    """Units of ``turns``; none, with the reason, when the extractor ran out of time.
+
+    A turn that stalls the extractor would fail every retry of the job and leave the
+    session uncompressible; its turns are compacted without units instead (they stay
+    in the archive), and ``fallback_reason`` on the event says so.
+    """
+    try:
+        return await extract_with_fallback(deps.primary, deps.fallback, turns, state)
+    except ExtractionDeadline as exc:
+        span = f"turns {turns[0].seq}–{turns[-1].seq}" if turns else "no turns"
+        reason = f"{exc.reason}: no units from {span}"
+        log.warning("compression without units: %s", reason)
+        return ExtractionResult([], deps.fallback.name, reason, 0)
+
+
 def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
     settings = deps.settings
 
@@ -95,7 +103,7 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
         if not chosen.turns:
             return
         started = time.perf_counter()
-        result = await extract_with_fallback(deps.primary, deps.fallback, chosen.turns, snap.state)
+        result = await _extract(deps, chosen.turns, snap.state)
         # What people wrote decides the language, not tool output (JSON keys are English).
         language = snap.state.language or detect_language(
             v.content for *_, v in snap.live if v.role in ("user", "assistant", "system")

@@ -77,6 +77,9 @@ class Settings(BaseSettings):
         description="`mnemo worker` serves /metrics on this port (unset: no metrics server).",
     )
     worker_concurrency: int = Field(default=2, ge=1, le=64)
+    # The rule extractor runs in a child process; past this it is killed and the
+    # compression keeps no units from those turns (the event says why).
+    extraction_deadline_s: float = Field(default=10.0, gt=0, le=600)
 
     # LLM extractor (OpenAI-compatible). Unset base URL: the rule extractor is used.
     llm_base_url: str | None = None

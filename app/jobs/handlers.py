@@ -8,8 +8,9 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.compression.extract.isolated import IsolatedRuleExtractor
 from app.compression.extract.llm import LLMExtractor
-from app.compression.job import CompressionDeps, OffLoopRuleExtractor, compress_handler
+from app.compression.job import CompressionDeps, compress_handler
 from app.core.config import Settings
 from app.db.tables import EMBEDDING_DIM
 from app.jobs.worker import Handler, JobContext, Worker, metrics_on_job_event
@@ -73,7 +74,7 @@ def build_handlers(
 
     compression = CompressionDeps(
         settings=settings,
-        fallback=OffLoopRuleExtractor(),
+        fallback=IsolatedRuleExtractor(deadline_s=settings.extraction_deadline_s),
         primary=primary,
         on_compressed=on_compressed,
     )
