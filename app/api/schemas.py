@@ -225,6 +225,10 @@ Content = Annotated[
     Text | None,
     BeforeValidator(content_text, json_schema_input_type=str | list[ContentPart] | None),
 ]
+# An item's content or output: never null (an item's null fields count as absent).
+ItemContent = Annotated[
+    Text, BeforeValidator(content_text, json_schema_input_type=str | list[ContentPart])
+]
 
 
 class MessageIn(BaseModel):
@@ -281,7 +285,7 @@ class ResponsesMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["message"]
     role: Literal["system", "developer", "user", "assistant"]
-    content: Content  # a string or parts, as in a chat message
+    content: ItemContent  # a string or parts, as in a chat message
     id: ExternalId | None = None
     status: Name | None = None  # response-only
     phase: Name | None = None  # response-only
@@ -313,7 +317,7 @@ class FunctionCallOutputItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["function_call_output"]
     call_id: Name
-    output: Content
+    output: ItemContent
     id: ExternalId | None = None
     status: Name | None = None  # response-only
     name: Name | None = None  # the tool's name: Chat Completions tool messages have none

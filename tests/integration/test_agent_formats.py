@@ -208,6 +208,10 @@ async def test_a_refusal_stands_in_for_null_content(client: httpx.AsyncClient) -
             "body.messages.0.function_call_output.extra",
         ),
         (
+            {"type": "function_call_output", "call_id": "c", "output": None},
+            "body.messages.0.function_call_output.output",
+        ),
+        (
             {"type": "message", "role": "user", "content": [{"type": "input_text"}]},
             "body.messages.0.message.content.0.input_text.text",
         ),

@@ -373,7 +373,7 @@ export interface components {
             /** Call Id */
             call_id: string;
             /** Output */
-            output: string | (components["schemas"]["TextPart"] | components["schemas"]["RefusalPart"] | components["schemas"]["ImagePart"] | components["schemas"]["InputImagePart"] | components["schemas"]["AudioPart"] | components["schemas"]["FilePart"] | components["schemas"]["InputFilePart"])[] | null;
+            output: string | (components["schemas"]["TextPart"] | components["schemas"]["RefusalPart"] | components["schemas"]["ImagePart"] | components["schemas"]["InputImagePart"] | components["schemas"]["AudioPart"] | components["schemas"]["FilePart"] | components["schemas"]["InputFilePart"])[];
             /** Id */
             id?: string | null;
             /** Status */
@@ -606,7 +606,7 @@ export interface components {
              */
             role: "system" | "developer" | "user" | "assistant";
             /** Content */
-            content: string | (components["schemas"]["TextPart"] | components["schemas"]["RefusalPart"] | components["schemas"]["ImagePart"] | components["schemas"]["InputImagePart"] | components["schemas"]["AudioPart"] | components["schemas"]["FilePart"] | components["schemas"]["InputFilePart"])[] | null;
+            content: string | (components["schemas"]["TextPart"] | components["schemas"]["RefusalPart"] | components["schemas"]["ImagePart"] | components["schemas"]["InputImagePart"] | components["schemas"]["AudioPart"] | components["schemas"]["FilePart"] | components["schemas"]["InputFilePart"])[];
             /** Id */
             id?: string | null;
             /** Status */
