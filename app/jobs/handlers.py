@@ -8,7 +8,7 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.compression.extract.isolated import IsolatedRuleExtractor
+from app.compression.extract.isolated import IsolatedRuleExtractor, shared_processes
 from app.compression.extract.llm import LLMExtractor
 from app.compression.job import CompressionDeps, compress_handler
 from app.core.config import Settings
@@ -125,6 +125,7 @@ def build_worker(
         if metrics is not None and deleted:
             metrics.memories_expired.inc(deleted)
 
+    shared_processes().prestart()  # the extraction child starts now, not on a first job
     return Worker(
         engine=engine,
         handlers=build_handlers(settings, http=http, metrics=metrics, embedder=embedder),

@@ -225,6 +225,25 @@ class ExtractionProcesses:
         units: list[Unit] = value
         return units
 
+    @property
+    def idle(self) -> int:
+        """Children started and waiting for a call."""
+        return len(self._idle)
+
+    def prestart(self) -> None:
+        """Start a child in the background unless one exists, so that the first
+        compression does not wait for the extractor's imports."""
+        with self._lock:
+            if self._idle or self.started:
+                return
+        threading.Thread(target=self._prestart, name="extraction-prestart", daemon=True).start()
+
+    def _prestart(self) -> None:
+        try:
+            self._give_back(self._take())
+        except (OSError, ExtractionCrashed):  # the first call will try again
+            pass
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
