@@ -169,15 +169,32 @@ class ExtractionProcesses:
     def __init__(self, *, max_idle: int = 2) -> None:
         self.max_idle = max_idle
         self._idle: list[_Child] = []
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()  # guards _idle, _starting and started
+        self._starting = 0
         self.started = 0  # children started so far (observability, tests)
 
     def _take(self) -> _Child:
-        with self._lock:
+        with self._changed:
+            # A child already starting (the prestart) is ready sooner than a new one.
+            while not self._idle and self._starting:
+                if not self._changed.wait(_START_TIMEOUT_S):
+                    break
             if self._idle:
                 return self._idle.pop()
+            self._starting += 1
             self.started += 1
-        return _Child()
+        return self._start(keep=False)
+
+    def _start(self, *, keep: bool) -> _Child:
+        try:
+            child = _Child()
+        finally:
+            with self._changed:
+                self._starting -= 1
+                self._changed.notify_all()
+        if keep:
+            self._give_back(child)
+        return child
 
     async def _acquire(self) -> _Child:
         taking = asyncio.ensure_future(asyncio.to_thread(self._take))
@@ -189,9 +206,10 @@ class ExtractionProcesses:
             raise
 
     def _give_back(self, child: _Child) -> None:
-        with self._lock:
+        with self._changed:
             if len(self._idle) < self.max_idle:
                 self._idle.append(child)
+                self._changed.notify_all()
                 return
         child.close()
 
@@ -232,20 +250,22 @@ class ExtractionProcesses:
 
     def prestart(self) -> None:
         """Start a child in the background unless one exists, so that the first
-        compression does not wait for the extractor's imports."""
-        with self._lock:
+        compression does not wait for the extractor's imports (it waits for this one)."""
+        with self._changed:
             if self._idle or self.started:
                 return
+            self._starting += 1
+            self.started += 1
         threading.Thread(target=self._prestart, name="extraction-prestart", daemon=True).start()
 
     def _prestart(self) -> None:
         try:
-            self._give_back(self._take())
+            self._start(keep=True)
         except (OSError, ExtractionCrashed):  # the first call will try again
             pass
 
     def close(self) -> None:
-        with self._lock:
+        with self._changed:
             idle, self._idle = self._idle, []
         for child in idle:
             child.close()
