@@ -23,14 +23,15 @@ from app.compression.diff import diff_summary
 from app.compression.extract.base import Extractor
 from app.compression.extract.fallback import ExtractionResult, extract_with_fallback
 from app.compression.extract.isolated import ExtractionDeadline
-from app.compression.merge import merge
-from app.compression.render import detect_language, render
-from app.compression.state import TaskState, TurnView, dump_units
+from app.compression.merge import merge, state_texts, unit_texts
+from app.compression.render import detect_language, render_tiers
+from app.compression.state import TaskState, TurnView, Unit, dump_units
 from app.compression.triggers import TIER_FRACTIONS, select_turns, tier_for
 from app.core.config import Settings
 from app.core.tokens import count_tokens
 from app.jobs import queue
 from app.jobs.worker import JobContext
+from app.memories.embed import Embedder, EmbeddingError
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ class CompressionDeps:
     fallback: Extractor
     primary: Extractor | None = None
     on_compressed: Callable[[dict[str, Any]], None] | None = None
+    # With an embedder, merging also dedups near-paraphrases (semantic_threshold).
+    embedder: Embedder | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,24 @@ async def _extract(
         return ExtractionResult([], deps.fallback.name, reason, 0)
 
 
+async def unit_embeddings(
+    embedder: Embedder | None, units: Sequence[Unit], state: TaskState
+) -> dict[str, Sequence[float]] | None:
+    """Vectors of the texts merging compares (new units' and the state's), or None:
+    no embedder, or it failed (dedup then falls back to exact keys, nothing is lost)."""
+    if embedder is None:
+        return None
+    texts = list(dict.fromkeys(t for t in (*unit_texts(units), *state_texts(state)) if t))
+    if not texts:
+        return None
+    try:
+        vectors = await embedder.embed(texts)
+    except EmbeddingError as exc:
+        log.warning("no semantic dedup for this compression: %s", exc)
+        return None
+    return dict(zip(texts, vectors, strict=True))
+
+
 def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
     settings = deps.settings
 
@@ -109,6 +130,8 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
             v.content for *_, v in snap.live if v.role in ("user", "assistant", "system")
         )
 
+        vectors = await unit_embeddings(deps.embedder, result.units, snap.state)
+
         def merged_and_rendered() -> tuple[TaskState, str, str]:
             state = merge(
                 snap.state,
@@ -117,10 +140,16 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
                 through_seq=chosen.turns[-1].seq,
                 language=language,
                 semantic_threshold=settings.semantic_threshold,
+                embeddings=vectors,
             )
-            rendered = render(
-                state, language=language, max_tokens=int(settings.context_max_tokens * STATE_SHARE)
+            tiers = render_tiers(
+                state,
+                language=language,
+                max_tokens=int(settings.context_max_tokens * STATE_SHARE),
+                tool_kinds=settings.tool_kinds(),
             )
+            state.renderings = tiers[1:]
+            rendered = tiers[0] if tiers else ""
             return state, rendered, diff_summary(snap.state, state, language)
 
         state, rendered, change_summary = await asyncio.to_thread(merged_and_rendered)

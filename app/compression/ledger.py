@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, Literal
 
 from app.compression.state import Action
 from app.compression.text import clip
@@ -38,6 +38,77 @@ RECENT_CALLS = 6
 _MAX_VALUES = 6  # distinct values listed per varying argument
 _FIELD = re.compile(r"^(?P<key>[^=,:]{1,60})=")
 _PATH_STEP = re.compile(r"[.\[]")  # "$.booking.pnr" → "$", "booking", "pnr"
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+_NOT_LETTERS = re.compile(r"[^a-z]++")
+# An argument naming the thing a call acts on.
+_ID_KEY = re.compile(r"(?:^|_)(?:id|ids|ref|reference|number|no|code|pnr|key)$", re.IGNORECASE)
+# Tools that take back an earlier write naming the same id.
+_UNDO = re.compile(
+    r"cancel|release|delete|remove|revoke|void|refund|withdraw|undo|rollback|unbook|"
+    r"取消|释放|撤销|删除|退",
+    re.IGNORECASE,
+)
+
+ToolKind = Literal["read", "write"]
+# Whether a value (an argument of a read-only call) was used by anything later.
+Used = Callable[[str], bool]
+
+# A tool's first verb tells whether it changes the world. Deployments name
+# their own tools either way (``Settings.write_tools`` / ``read_tools``).
+_WRITE_VERBS = frozenset(
+    """book cancel update create delete remove send submit pay deploy order reserve release
+    register apply schedule set add post put patch modify change confirm approve reject
+    transfer refund return upload write insert save assign close start stop restart rollback
+    merge publish issue charge purchase buy sign enroll invite hold lock unlock grant revoke
+    attach archive move rename mark edit commit push migrate provision scale trigger file
+    request rebook exchange upgrade downgrade void withdraw enable disable install uninstall
+    execute kill terminate drop reset escalate notify email message reply share block
+    unblock subscribe unsubscribe renew extend open complete claim redeem allocate dispatch
+    ship print link unlink import export rotate revert resolve accept decline train build
+    fit generate backup restore sync""".split()
+)
+_READ_VERBS = frozenset(
+    """get list search find query fetch lookup look read check calculate calc compute think
+    view show describe browse count estimate quote validate preview compare inspect stats
+    status track verify retrieve load scan explore analyze analyse summarize summarise
+    recommend suggest translate convert format parse diff ping lint test""".split()
+)
+_ZH_WRITE = re.compile(
+    r"订|预约|预定|取消|更新|创建|新建|删除|提交|发送|支付|修改|释放|退|申请|登记|下单"
+)
+_ZH_READ = re.compile(r"查|搜|获取|列出|看|计算|统计")
+_CHANGED = re.compile(
+    r"\bstatus=(?:booked|confirmed|cancell?ed|created|updated|placed|submitted|sent|scheduled|"
+    r"approved|paid|refunded|deleted|released)\b|\b(?:updated|created|deleted)=true\b",
+    re.IGNORECASE,
+)
+
+
+def tool_kind(action: Action, declared: Mapping[str, ToolKind] | None = None) -> ToolKind:
+    """ "write" when the call changes the world (book, cancel, send…), else "read".
+
+    The deployment's declaration wins; then the tool name's first verb; then the
+    result (a status saying something was booked, updated…, or an id it was not
+    given); anything else is a read.
+    """
+    if declared and action.tool in declared:
+        return declared[action.tool]
+    words = _CAMEL.sub(r"\1_\2", action.tool).casefold()
+    for word in _NOT_LETTERS.split(words):
+        if word in _WRITE_VERBS:
+            return "write"
+        if word in _READ_VERBS:
+            return "read"
+    if _ZH_WRITE.search(action.tool):
+        return "write"
+    if _ZH_READ.search(action.tool):
+        return "read"
+    if _CHANGED.search(action.result_summary):
+        return "write"
+    # A call that produced an id it was not given made something.
+    given = set(_values(action.arguments))
+    produced = [_split_ref(part)[1] for part in refs(action)]
+    return "write" if any(v not in given for v in produced) else "read"
 
 
 class Detail(IntEnum):
@@ -51,16 +122,13 @@ class Detail(IntEnum):
 class LedgerLine:
     text: str
     seq: int
+    write: bool = False
 
 
 def _fmt_value(value: Any, limit: int = 32) -> str:
     if isinstance(value, str):
         return clip(value, limit)
     return clip(json.dumps(value, ensure_ascii=False), limit)
-
-
-def _pairs(arguments: Mapping[str, Any], keys: Sequence[str]) -> str:
-    return ", ".join(f"{k}={_fmt_value(arguments[k])}" for k in keys if k in arguments)
 
 
 def format_call(action: Action, limit: int = 160) -> str:
@@ -110,139 +178,121 @@ def compact_line(action: Action, lab: Mapping[str, str]) -> str:
     return f"{text} → {outcome}" if outcome else text
 
 
-def _split_args(actions: Sequence[Action]) -> tuple[list[str], list[str]]:
-    """(keys with one value across the calls, keys whose value differs), in first-seen order."""
-    keys: dict[str, None] = {}
-    for action in actions:
-        keys.update(dict.fromkeys(action.arguments))
-    common: list[str] = []
-    varying: list[str] = []
-    missing = object()
-    for key in keys:
-        values = {json.dumps(a.arguments.get(key, missing), default=str) for a in actions}
-        (common if len(values) == 1 else varying).append(key)
-    return common, varying
-
-
-def _value_sets(actions: Sequence[Action], keys: Sequence[str]) -> list[str]:
-    out = []
-    for key in keys:
-        values = list(
-            dict.fromkeys(_fmt_value(a.arguments[key], 24) for a in actions if key in a.arguments)
-        )
-        shown = "|".join(values[:_MAX_VALUES]) + ("|…" if len(values) > _MAX_VALUES else "")
-        out.append(f"{key}={shown}")
-    return out
-
-
 def _split_ref(part: str) -> tuple[str, str]:
     key, _, value = part.partition("=")
     return key, value
 
 
-def _entries(
-    with_refs: Sequence[tuple[Action, list[str]]], varying: Sequence[str], detail: Detail
-) -> tuple[str | None, list[str]]:
-    """(column header, one entry per call): ``("flight → pnr", ["TP200 → UT87HV", …])``.
-
-    When every call has the same arguments and ids, the names go once in the
-    header; otherwise each entry names its own (``flight=TP200 → pnr=UT87HV``).
-    """
-    args = list(varying) if detail < Detail.COMPACT else []
-    shown = [found if detail < Detail.COMPACT else found[:1] for _, found in with_refs]
-    ref_keys = [[_split_ref(p)[0] for p in found] for found in shown]
-    same_shape = all(keys == ref_keys[0] for keys in ref_keys) and all(
-        k in action.arguments for action, _ in with_refs for k in args
-    )
-    if not same_shape:
-        entries = []
-        for (action, _), found in zip(with_refs, shown, strict=True):
-            pairs = _pairs(action.arguments, args)
-            ids = ", ".join(found)
-            entries.append(f"{pairs} → {ids}" if pairs else ids)
-        return None, entries
-    header = ", ".join(ref_keys[0])
-    if args:
-        header = f"{', '.join(args)} → {header}"
-    entries = []
-    for (action, _), found in zip(with_refs, shown, strict=True):
-        ids = ", ".join(_split_ref(p)[1] for p in found)
-        values = ", ".join(_fmt_value(action.arguments[k]) for k in args)
-        entries.append(f"{values} → {ids}" if values else ids)
-    return header, entries
-
-
-def group_line(tool: str, actions: Sequence[Action], lab: Mapping[str, str], detail: Detail) -> str:
-    """Successful calls of one tool on one line, each told apart by its arguments and ids."""
-    actions = sorted(actions, key=lambda a: a.seq)
-    common, varying = _split_args(actions)
-    head = f"{lab['done']} {tool} ×{len(actions)}"
-    with_refs = [(a, found) for a in actions if (found := refs(a))]
-    without = [a for a in actions if not refs(a)]
-    context = [_pairs(actions[0].arguments, common)] if common and detail < Detail.COMPACT else []
-    if with_refs:
-        header, entries = _entries(with_refs, varying, detail)
-        if header:
-            context.append(header)
-        if without and detail < Detail.COMPACT:
-            entries.extend(_value_sets(without, varying))
-        suffix = f" ({'; '.join(context)})" if context else ""
-        return f"{head}{suffix}: {'; '.join(entries)}"
-    if detail < Detail.COMPACT:
-        context.extend(_value_sets(actions, varying))
-        last = actions[-1].result_summary
-        if last:
-            context.append(lab["last"].format(text=clip(last, 60)))
-    return f"{head} ({'; '.join(context)})" if context else head
-
-
-def _grouped(
-    actions: Sequence[Action], lab: Mapping[str, str], detail: Detail, recent: int
-) -> list[LedgerLine]:
+def _undone_by(actions: Sequence[Action]) -> dict[int, Action]:
+    """Writes a later write took back (a cancel, release or delete naming one of
+    their ids), keyed by ``id()`` of the undone call."""
+    out: dict[int, Action] = {}
     ordered = sorted(actions, key=lambda a: a.seq)
-    newest: list[Action] = []
-    if detail == Detail.GROUPED:
-        # Repeated lookups (calls that produced no id) fold into their tool's group
-        # even when recent; the last call of each tool keeps its own line.
-        last_lookup = {a.tool: a for a in ordered if a.status == "done" and not refs(a)}
-        newest = [
-            a
-            for a in ordered[max(0, len(ordered) - recent) :]
-            if a.status != "done" or refs(a) or last_lookup[a.tool] is a
-        ]
-    kept = {id(a) for a in newest}
-    older = [a for a in ordered if id(a) not in kept]
-    lines = [LedgerLine(full_line(a, lab), a.seq) for a in newest]
-    by_tool: dict[str, list[Action]] = {}
-    for action in older:
-        if action.status == "done":
-            by_tool.setdefault(action.tool, []).append(action)
-        elif detail == Detail.GROUPED:
-            lines.append(LedgerLine(full_line(action, lab), action.seq))
-        else:
-            lines.append(LedgerLine(compact_line(action, lab), action.seq))
-    for tool, group in by_tool.items():
-        seq = max(a.seq for a in group)
-        if len(group) == 1:
-            single = full_line if detail == Detail.GROUPED else compact_line
-            lines.append(LedgerLine(single(group[0], lab), seq))
-        else:
-            lines.append(LedgerLine(group_line(tool, group, lab, detail), seq))
-    return sorted(lines, key=lambda line: line.seq)
-
-
-def _minimal(actions: Sequence[Action], lab: Mapping[str, str]) -> list[LedgerLine]:
-    lines = []
-    for status, marker in (("done", "done"), ("failed", "failed"), ("unknown", "called")):
-        chosen = [a for a in actions if a.status == status]
-        if not chosen:
+    for i, undo in enumerate(ordered):
+        if undo.status != "done" or not _UNDO.search(undo.tool):
             continue
-        counts: dict[str, int] = {}
-        for action in chosen:
-            counts[action.tool] = counts.get(action.tool, 0) + 1
-        tools = lab["sep"].join(f"{tool} ×{n}" if n > 1 else tool for tool, n in counts.items())
-        lines.append(LedgerLine(f"{lab[marker]} {tools}", max(a.seq for a in chosen)))
-    return sorted(lines, key=lambda line: line.seq)
+        wanted = {v for v in _values(undo.arguments) if len(v) >= 4}
+        for earlier in ordered[:i]:
+            if earlier is undo or earlier.status != "done" or _UNDO.search(earlier.tool):
+                continue
+            if wanted & set(_ids(earlier)):
+                out[id(earlier)] = undo
+    return out
+
+
+def _values(arguments: Mapping[str, Any]) -> list[str]:
+    """Scalar argument values as strings (nested lists and objects flattened)."""
+    out: list[str] = []
+    stack: list[Any] = list(arguments.values())
+    while stack and len(out) < 64:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str | int | float) and not isinstance(value, bool):
+            out.append(str(value))
+    return out
+
+
+def _ids(action: Action) -> list[str]:
+    """The values that identify a call's effect: id-like arguments and result refs."""
+    found = [str(v) for k, v in action.arguments.items() if _ID_KEY.search(k) and _scalar(v)]
+    found += [_split_ref(part)[1] for part in refs(action)]
+    return list(dict.fromkeys(v for v in found if v))
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
+def _id_pairs(action: Action) -> str:
+    pairs = [(k, v) for k, v in action.arguments.items() if _ID_KEY.search(k) and _scalar(v)]
+    return ", ".join(f"{k}={_fmt_value(v)}" for k, v in pairs[:3])
+
+
+def write_line(
+    action: Action, lab: Mapping[str, str], detail: Detail, undone: Action | None
+) -> str:
+    """One write call: always its own line, with its key ids and its outcome."""
+    if detail <= Detail.GROUPED:
+        text = full_line(action, lab)
+    elif detail == Detail.COMPACT:
+        text = compact_line(action, lab)
+    else:
+        ids = ", ".join(refs(action)) if action.status == "done" else ""
+        call = f"{action.tool}({_id_pairs(action)})"
+        outcome = ids or (clip(action.result_summary, 60) if action.status == "failed" else "")
+        text = f"{_marker(action, lab)} {call}" + (f" → {outcome}" if outcome else "")
+    if undone is not None:
+        text += lab["undone"].format(tool=undone.tool)
+    return text
+
+
+def read_lines(
+    actions: Sequence[Action], lab: Mapping[str, str], detail: Detail, used: Used
+) -> list[LedgerLine]:
+    """Read-only calls: one line per tool with its count, naming only the argument
+    values something later used (a write, a parameter, a decision…); at MINIMAL
+    detail, all tools on one line."""
+    by_tool: dict[str, list[Action]] = {}
+    for action in sorted(actions, key=lambda a: a.seq):
+        by_tool.setdefault(action.tool, []).append(action)
+    entries = []
+    unresolved = []
+    for tool, calls in by_tool.items():
+        if calls[-1].status == "failed":
+            # Still failing: the agent must see why before it tries again.
+            line = full_line if detail <= Detail.GROUPED else compact_line
+            unresolved.append(LedgerLine(line(calls[-1], lab), calls[-1].seq))
+            calls = calls[:-1]
+            if not calls:
+                continue
+        text = f"{tool} ×{len(calls)}" if len(calls) > 1 else tool
+        failed = sum(1 for a in calls if a.status == "failed")
+        extra = [lab["failures"].format(n=failed)] if failed else []
+        if detail < Detail.MINIMAL:
+            extra += _used_values(calls, used)
+        if extra:
+            text += f" ({'; '.join(extra)})"
+        entries.append(LedgerLine(text, max(a.seq for a in calls)))
+    if detail == Detail.MINIMAL:
+        if not entries:
+            return unresolved
+        joined = lab["sep"].join(e.text for e in entries)
+        return [*unresolved, LedgerLine(f"{lab['read']} {joined}", max(e.seq for e in entries))]
+    return [*unresolved, *(LedgerLine(f"{lab['read']} {e.text}", e.seq) for e in entries)]
+
+
+def _used_values(calls: Sequence[Action], used: Used) -> list[str]:
+    keyed: dict[str, list[str]] = {}
+    for action in calls:
+        for key, value in action.arguments.items():
+            if _scalar(value) and used(str(value)):
+                keyed.setdefault(key, [])
+                if _fmt_value(value, 24) not in keyed[key]:
+                    keyed[key].append(_fmt_value(value, 24))
+    return [f"{k}={'|'.join(v[:_MAX_VALUES])}" for k, v in keyed.items()]
 
 
 def ledger_lines(
@@ -250,11 +300,21 @@ def ledger_lines(
     lab: Mapping[str, str],
     detail: Detail,
     *,
-    recent: int = RECENT_CALLS,
+    kinds: Mapping[str, ToolKind] | None = None,
+    used: Used | None = None,
 ) -> list[LedgerLine]:
-    """The ledger at ``detail``, oldest first (a group sits where its newest call was)."""
-    if detail == Detail.FULL:
-        return [LedgerLine(full_line(a, lab), a.seq) for a in sorted(actions, key=lambda a: a.seq)]
-    if detail == Detail.MINIMAL:
-        return _minimal(actions, lab)
-    return _grouped(actions, lab, detail, recent)
+    """The ledger at ``detail``, oldest first: every write call on its own line
+    (a taken-back one says so), read-only calls grouped per tool."""
+    writes = [a for a in actions if tool_kind(a, kinds) == "write"]
+    reads = [a for a in actions if tool_kind(a, kinds) == "read"]
+    undone = _undone_by(writes)
+    recent = {id(a) for a in sorted(writes, key=lambda a: a.seq)[-RECENT_CALLS:]}
+    lines = []
+    for action in writes:
+        level = detail
+        if detail == Detail.GROUPED and id(action) not in recent:
+            level = Detail.COMPACT
+        text = write_line(action, lab, level, undone.get(id(action)))
+        lines.append(LedgerLine(text, action.seq, write=True))
+    lines += read_lines(reads, lab, detail, used or (lambda _v: False))
+    return sorted(lines, key=lambda line: line.seq)

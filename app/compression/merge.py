@@ -27,6 +27,7 @@ The rules, each chosen so an agent never loses or contradicts what it was told:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -69,7 +70,7 @@ from app.compression.text import (
     text_key,
 )
 
-__all__ = ["Embeddings", "Similarity", "diff_summary", "merge"]
+__all__ = ["Embeddings", "Similarity", "diff_summary", "merge", "state_texts", "unit_texts"]
 
 Similarity = Callable[[str, str], float]
 Embeddings = Mapping[str, Sequence[float]] | Callable[[str], Sequence[float] | None]
@@ -142,6 +143,39 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / norm if norm else 0.0
 
 
+_TEXT_POOLS = (
+    "constraints",
+    "decisions",
+    "todos",
+    "pending",
+    "preferences",
+    "high_stakes",
+    "blockers",
+    "facts",
+)
+
+
+def unit_texts(units: Sequence[Unit]) -> list[str]:
+    """The texts of units that merging may match by meaning."""
+    return [u.text for u in units if isinstance(getattr(u, "text", None), str)]  # type: ignore[union-attr]
+
+
+def state_texts(state: TaskState) -> list[str]:
+    texts = [state.goal.text] if state.goal else []
+    for pool in _TEXT_POOLS:
+        texts += [item.text for item in getattr(state, pool)]
+    return texts
+
+
+# Numbers and codes: two texts that differ in one are never the same item,
+# however close their meaning ("budget $35,000" vs "budget $42,000").
+_FIGURE = re.compile(r"[0-9][0-9.,:/-]*")
+
+
+def _figures(text: str) -> frozenset[str]:
+    return frozenset(_FIGURE.findall(text))
+
+
 def _similarity_fn(
     similarity: Similarity | None, embeddings: Embeddings | None
 ) -> Similarity | None:
@@ -151,6 +185,8 @@ def _similarity_fn(
     lookup = embeddings.get if isinstance(embeddings, Mapping) else embeddings
 
     def by_vectors(a: str, b: str) -> float:
+        if _figures(a) != _figures(b):
+            return 0.0
         va, vb = lookup(a), lookup(b)
         return _cosine(va, vb) if va is not None and vb is not None else 0.0
 

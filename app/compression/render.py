@@ -13,28 +13,34 @@ The template is fixed so agents (and tests) can rely on it:
     Awaiting the user: Pending: …           等待用户：待确认：…
     Next steps: - … (missing: …)            下一步：- …（缺少：…）
 
-The action ledger and open todos are always rendered, however old: a long
-ledger is grouped by tool instead (``ledger.py``). With ``max_tokens`` the
-least important detail goes first, in this order, until the block fits:
+The action ledger and open todos are always rendered, however old. Every
+write call (book, cancel, send…: ``ledger.tool_kind``) keeps its own line with
+its ids and outcome; read-only calls are one line per tool with a count and
+only the argument values something later used. With ``max_tokens`` the least
+important detail goes first, in this order, until the block fits:
 
 1. revoked items, facts, notes, answered questions, artifacts, closed todos;
-2. the ledger grouped by tool (the newest calls still in full);
-3. decisions, blockers;
-4. the ledger reduced to ids; then preferences;
-5. the ledger reduced to tool names and counts; then whole lines by priority
-   (actions, open todos, parameters, the goal).
+2. older writes shortened to their ids and a clipped outcome;
+3. decisions, blockers; every write shortened;
+4. lookups reduced to one line of counts, writes to ``tool(ids) → ids``;
+   then preferences and whole lines by priority (open todos, the goal).
 
-Constraints, pinned facts and pending confirmations are never dropped, even if
-the block then exceeds the budget.
+Constraints, pinned facts, pending confirmations, current parameters and the
+ledger are never
+dropped, even if the block then exceeds the budget. ``render_tiers`` renders
+the state at shrinking budgets, so the context read can choose without
+rendering.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from app.compression.ledger import FULL_LEDGER_CALLS, Detail, ledger_lines
+from app.compression.ledger import Detail, ToolKind, Used, ledger_lines, tool_kind
 from app.compression.state import Language, Note, TaskState
 from app.compression.text import clip
 from app.compression.text import detect_language as _detect
@@ -44,6 +50,9 @@ from app.core.tokens import count_tokens as _count_tokens
 TokenCounter = Callable[[str], int]
 NEVER_DROP = math.inf
 DEFAULT_MIN_ACTIVITY = 0.05
+# Each smaller rendering aims at this share of the previous one's size.
+TIER_STEP = 0.7
+MIN_TIER_TOKENS = 60
 
 LABELS: dict[str, dict[str, str]] = {
     "en": {
@@ -56,6 +65,8 @@ LABELS: dict[str, dict[str, str]] = {
         "done": "Done",
         "failed": "Failed",
         "called": "Called",
+        "read": "Looked up",
+        "undone": " — cancelled later by {tool}",
         "no_result": "no result recorded",
         "calls": "{n} calls",
         "failures": "{n} failed",
@@ -63,6 +74,7 @@ LABELS: dict[str, dict[str, str]] = {
         "params": "Current parameters:",
         "param": "- {name}: {value}",
         "was": " (was {old})",
+        "changed": " (changed: {name} is now {value})",
         "artifacts": "Ids and artifacts:",
         "decisions": "Decisions:",
         "answered": "- Answered: {q} → {a}",
@@ -86,6 +98,8 @@ LABELS: dict[str, dict[str, str]] = {
         "done": "已完成",
         "failed": "失败",
         "called": "已调用",
+        "read": "已查询",
+        "undone": "（后已由 {tool} 取消）",
         "no_result": "无结果记录",
         "calls": "共 {n} 次",
         "failures": "{n} 次失败",
@@ -93,6 +107,7 @@ LABELS: dict[str, dict[str, str]] = {
         "params": "当前参数：",
         "param": "- {name}：{value}",
         "was": " (原为 {old})",
+        "changed": "（已调整：{name}改为 {value}）",
         "artifacts": "编号与产出：",
         "decisions": "决定：",
         "answered": "- 已答复：{q} → {a}",
@@ -118,11 +133,10 @@ _PRIORITY = {
     "todo_done": 2.0,
     "decisions": 3.0,
     "blockers": 4.0,
-    "preferences": 5.0,
-    "actions": 6.5,
+    # Above the COMPACT level's threshold: lookups shrink to counts first.
+    "preferences": 5.6,
     # Work still owed outlives the record of work done.
     "todos": 6.8,
-    "params": 7.0,
     "goal": 8.0,
 }
 
@@ -162,20 +176,22 @@ def render(
     max_tokens: int | None = None,
     count_tokens: TokenCounter = _count_tokens,
     min_activity: float = DEFAULT_MIN_ACTIVITY,
+    tool_kinds: Mapping[str, ToolKind] | None = None,
 ) -> str:
     """The state as prompt text ('' when there is nothing to say)."""
     state = neutral_state(state)  # text from turns stays data: one line each, output quoted
     lang = language if language in LABELS else (state.language or "en")
     lab = LABELS[lang]
     title = lab["title"].format(n=state.last_seq)
-    first = Detail.FULL if len(state.actions) <= FULL_LEDGER_CALLS else Detail.GROUPED
+    first = Detail.FULL
+    ledger = _Ledger(tool_kinds, _used_values(state, tool_kinds), _in_calls(state))
     # Lines a coarser ledger would leave room for stay dropped: a detail level is
     # only given up once everything less important than it is gone.
     gone = -math.inf
     for detail in Detail:
         if detail < first:
             continue
-        sections = _sections(state, lab, min_activity, detail)
+        sections = _sections(state, lab, min_activity, detail, ledger)
         if not any(s.lines for s in sections):
             return ""
         if max_tokens is None:
@@ -244,8 +260,138 @@ def _without(sections: list[_Section], removed: set[tuple[int, int]]) -> list[_S
 # ----------------------------------------------------------------------- sections
 
 
+@dataclass(frozen=True, slots=True)
+class _Ledger:
+    kinds: Mapping[str, ToolKind] | None
+    used: Used
+    # An id the ledger already shows, or a code only ever browsed: not an artifact.
+    in_calls: Used
+
+
+def _used_values(state: TaskState, kinds: Mapping[str, ToolKind] | None) -> Used:
+    """Whether a value shows up in what the state keeps for its own sake: the goal,
+    constraints, parameters, decisions… and the write calls."""
+    texts = [state.goal.text] if state.goal else []
+    for pool in (
+        state.constraints,
+        state.preferences,
+        state.decisions,
+        state.facts,
+        state.pending,
+        state.todos,
+        state.high_stakes,
+        state.blockers,
+    ):
+        texts += [item.text for item in pool]
+    texts += [f"{p.name} {p.value}" for p in state.parameters]
+    for action in state.actions:
+        if tool_kind(action, kinds) == "write":
+            texts.append(json.dumps(action.arguments, ensure_ascii=False))
+            texts.append(action.result_summary)
+    corpus = "\n".join(texts).casefold()
+
+    def used(value: str) -> bool:
+        # A whole token, not a piece of a word: "LIS" is not used by "Lisbon".
+        v = value.casefold()
+        at = corpus.find(v)
+        while len(v) >= 3 and at >= 0:
+            before = corpus[at - 1] if at else " "
+            after = corpus[at + len(v)] if at + len(v) < len(corpus) else " "
+            if not (before.isascii() and before.isalnum()) and not (
+                after.isascii() and after.isalnum()
+            ):
+                return True
+            at = corpus.find(v, at + 1)
+        return False
+
+    return used
+
+
+_NOT_DIGIT = re.compile(r"\D++")
+_NOT_WORD = re.compile(r"[\W_]++")
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    old: re.Pattern[str]
+    current: re.Pattern[str]
+    name: str
+    value: str
+
+
+def _value_pattern(value: str) -> re.Pattern[str] | None:
+    """A value as it may be written: "$35,000" also matches "35000" and "35 000";
+    a word only as a whole word. None for values too short to find safely."""
+    digits = _NOT_DIGIT.sub("", value)
+    if len(digits) >= 2 and len(digits) >= len(_NOT_WORD.sub("", value)) // 2:
+        body = r"[,\s]?".join(digits)
+        return re.compile(rf"(?<![\d.]){body}(?![\d])")
+    word = value.strip()
+    if len(word) < 2 or (word.isascii() and len(word) < 3):
+        return None
+    return re.compile(
+        rf"(?<![\w]){re.escape(word)}(?![\w])" if word.isascii() else re.escape(word), re.I
+    )
+
+
+def _changes(state: TaskState) -> list[_Change]:
+    out = []
+    for p in state.parameters:
+        current = _value_pattern(p.value)
+        for old in p.history:
+            pattern = _value_pattern(old.value)
+            if pattern is not None and current is not None and not pattern.search(p.value):
+                out.append(_Change(pattern, current, p.name, p.value))
+    return out
+
+
+def _annotate(text: str, changes: list[_Change], lab: dict[str, str]) -> str:
+    for change in changes:
+        if change.old.search(text) and not change.current.search(text):
+            text += lab["changed"].format(name=change.name, value=change.value)
+    return text
+
+
+def _in_calls(state: TaskState) -> Used:
+    texts = [json.dumps(a.arguments, ensure_ascii=False) + a.result_summary for a in state.actions]
+    corpus = "\n".join(texts).casefold()
+    return lambda value: value.casefold() in corpus
+
+
+def render_tiers(
+    state: TaskState,
+    *,
+    language: str | None = None,
+    max_tokens: int,
+    count_tokens: TokenCounter = _count_tokens,
+    tool_kinds: Mapping[str, ToolKind] | None = None,
+) -> list[str]:
+    """The state rendered at shrinking budgets, largest first, each distinct: the
+    context read picks the largest that fits the room its budget leaves the state
+    (it must not extract or render anything itself)."""
+    tiers: list[str] = []
+    budget = max_tokens
+    while budget >= MIN_TIER_TOKENS:
+        text = render(
+            state,
+            language=language,
+            max_tokens=budget,
+            count_tokens=count_tokens,
+            tool_kinds=tool_kinds,
+        )
+        if not text:
+            break
+        size = count_tokens(text)
+        if not tiers or text != tiers[-1]:
+            tiers.append(text)
+        if size > budget:
+            break  # only what is never dropped is left
+        budget = int(min(budget, size) * TIER_STEP)
+    return tiers
+
+
 def _sections(
-    state: TaskState, lab: dict[str, str], min_activity: float, detail: Detail
+    state: TaskState, lab: dict[str, str], min_activity: float, detail: Detail, ledger: _Ledger
 ) -> list[_Section]:
     def visible(activity: float) -> bool:
         return activity >= min_activity
@@ -282,8 +428,12 @@ def _sections(
     actions = _Section(
         lab["actions"],
         [
-            _Line(line.text, _PRIORITY["actions"], 1.0, line.seq)
-            for line in ledger_lines(state.actions, lab, detail)
+            # The ledger is never dropped, only shortened (ledger.py): writes to
+            # their ids and outcome, lookups to one line of counts.
+            _Line(line.text, NEVER_DROP, 1.0, line.seq)
+            for line in ledger_lines(
+                state.actions, lab, detail, kinds=ledger.kinds, used=ledger.used
+            )
         ],
     )
     actions.lines += [
@@ -297,14 +447,14 @@ def _sections(
         text = lab["param"].format(name=p.name, value=p.value)
         if p.history:
             text += lab["was"].format(old=p.history[-1].value)
-        params.lines.append(_Line(text, _PRIORITY["params"], p.activity, p.source_seq))
+        params.lines.append(_Line(text, NEVER_DROP, p.activity, p.source_seq))
 
     artifacts = _Section(
         lab["artifacts"],
         [
             _Line(f"- {a.label or a.kind}: {a.value}", _PRIORITY["artifacts"], a.activity, a.seq)
             for a in state.artifacts
-            if visible(a.activity)
+            if visible(a.activity) and not ledger.in_calls(a.value)
         ],
     )
     decisions = _Section(
@@ -367,6 +517,12 @@ def _sections(
     notes = _Section(None)
     if state.summary:
         notes.lines.append(_Line(lab["notes"].format(text=state.summary), _PRIORITY["notes"]))
+    # A changed parameter updates every place its old value still stands.
+    changes = _changes(state)
+    if changes:
+        for section in (goal, constraints, pinned, preferences, decisions, facts, pending, todos):
+            for line in section.lines:
+                line.text = _annotate(line.text, changes, lab)
     return [
         goal,
         constraints,

@@ -405,6 +405,9 @@ class TaskState(_StateModel):
     summary: str = ""
     language: Language | None = None
     last_seq: int = -1
+    # Smaller renderings of this state, largest first (``render_tiers``), made at
+    # compression time so the context read can fit the state to any budget.
+    renderings: list[str] = Field(default_factory=list)
 
     def active_constraints(self) -> list[Constraint]:
         return [c for c in self.constraints if c.status == "active"]

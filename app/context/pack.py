@@ -7,7 +7,9 @@ Invariants:
 - an assistant message with tool calls and its tool results go in together or
   not at all, and no tool result appears without its call;
 - the newest turns win: packing walks back from the end and stops at the first
-  group that does not fit, so the recent window has no holes.
+  group that does not fit, so the recent window has no holes; that group is
+  placed with its contents cut when it is the newest one or a tool call (the
+  call whole, its results cut), if enough room is left for that.
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ def group_turns(turns: Sequence[RecentTurn]) -> list[list[RecentTurn]]:
     return groups
 
 
+def _is_call(group: Sequence[RecentTurn]) -> bool:
+    return bool(group[0].message.get("tool_calls"))
+
+
 def _is_orphan(group: Sequence[RecentTurn]) -> bool:
     return group[0].message["role"] == "tool"
 
@@ -118,11 +124,15 @@ def pack(
             chosen.append(group)
             total += cost
             continue
-        if not chosen:
+        if not chosen or _is_call(group):
+            # The newest group, or a tool call at the edge of the window: its results
+            # are cut rather than the call dropped (an agent that no longer sees a
+            # call it made repeats it).
             trimmed = _trim_group(group, max_tokens - total, count)
             if trimmed is not None:
                 chosen.append(trimmed)
                 total += sum(t.tokens for t in trimmed)
+                index -= 1  # placed (cut), not dropped
         dropped += sum(len(g) for g in groups[: index + 1])
         break
 

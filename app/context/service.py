@@ -35,6 +35,7 @@ CONTEXT_READ = """
            EXISTS (SELECT 1 FROM memories m
                     WHERE m.user_id = s.user_id AND m.superseded_by IS NULL) AS has_memories,
            coalesce(ts.version, 0) AS version, coalesce(ts.rendered, '') AS rendered,
+           coalesce(ts.state->'renderings', '[]') AS renderings,
            (SELECT coalesce(json_agg(t), '[]')
               FROM (SELECT seq, role, content, tool_calls, tool_call_id, name, tokens
                       FROM turns
@@ -121,13 +122,15 @@ async def build_context(
         if more is not None:
             rows.extend(_decoded(more["turns"]))
     recent = [RecentTurn(message=_message(r), tokens=r["tokens"]) for r in reversed(rows)]
-    # Budget: the working window and the task state first (the largest rendering of
-    # the state that fits beside the window), then memory and older live turns.
+    # Budget: the working window and the task state first (the largest of the
+    # renderings stored at compression time that fits beside the window), then
+    # memory and older live turns.
     window = window_tokens(
         recent, memory.window_turns if memory else 3, max_tokens - MESSAGE_OVERHEAD_TOKENS
     )
+    tiers = tuple(_decoded(head["renderings"]) or ())
     state = choose_tier(
-        Block("task_state", head["rendered"]),
+        Block("task_state", head["rendered"], tiers=tiers),
         max_tokens - MESSAGE_OVERHEAD_TOKENS - window,
         count_tokens,
     )

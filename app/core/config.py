@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -58,6 +59,11 @@ class Settings(BaseSettings):
     tool_failure_threshold: int = Field(default=3, ge=1)
     decay_factor: float = Field(default=0.95, gt=0, le=1)
     semantic_threshold: float = Field(default=0.82, gt=0, le=1)
+    # Tools the deployment declares as changing the world (always listed with their
+    # ids and outcome) or as read-only (grouped with a count); comma-separated names.
+    # Undeclared tools are judged by their name's verb and their result.
+    write_tools: str = Field(default="", max_length=10_000)
+    read_tools: str = Field(default="", max_length=10_000)
 
     # Request limits (reported in errors)
     max_messages_per_request: int = Field(default=500, ge=1)
@@ -143,6 +149,16 @@ class Settings(BaseSettings):
         elif self.bootstrap_key_file is not None:
             key = self.bootstrap_key_file.read_text()
         return key.strip() or None  # an empty variable (compose's ${X:-}) is no key
+
+    def tool_kinds(self) -> dict[str, Literal["read", "write"]]:
+        kinds: dict[str, Literal["read", "write"]] = {}
+        for name in self.read_tools.split(","):
+            if name.strip():
+                kinds[name.strip()] = "read"
+        for name in self.write_tools.split(","):
+            if name.strip():
+                kinds[name.strip()] = "write"
+        return kinds
 
     @property
     def async_database_url(self) -> str | None:

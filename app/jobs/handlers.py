@@ -77,6 +77,7 @@ def build_handlers(
         fallback=IsolatedRuleExtractor(deadline_s=settings.extraction_deadline_s),
         primary=primary,
         on_compressed=on_compressed,
+        embedder=embedder,
     )
     handlers: dict[str, Handler] = {
         "recount_tokens": recount_tokens,

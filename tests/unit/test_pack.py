@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.context.pack import Block, RecentTurn, group_turns, pack
+from app.context.pack import TRUNCATION_MARK, Block, RecentTurn, group_turns, pack
 from app.core.tokens import count_message_tokens, count_messages_tokens, count_tokens
 
 
@@ -70,9 +70,15 @@ def test_oversized_state_is_truncated_to_fit() -> None:
     assert packed.messages[0]["content"].endswith("[truncated]")
 
 
-def test_a_tool_group_that_does_not_fit_is_left_out_whole() -> None:
+def test_a_tool_group_that_does_not_fit_is_cut_or_left_out_whole() -> None:
     recent = [user("first"), calls("1"), result("1", "x " * 500), user("last")]
+    # Room enough: the call stays whole, its result cut; nothing older comes in.
     packed = pack(blocks=[], recent=recent, max_tokens=60, count=count_tokens)
+    assert [m["role"] for m in packed.messages] == ["assistant", "tool", "user"]
+    assert packed.messages[1]["content"].endswith(TRUNCATION_MARK) and packed.tokens <= 60
+    assert packed.dropped_turns == 1
+    # No room for a useful piece of the result: the group is left out whole.
+    packed = pack(blocks=[], recent=recent, max_tokens=30, count=count_tokens)
     assert [m["content"] for m in packed.messages] == ["last"]
     assert packed.dropped_turns == 3
 

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.deps import (
     INT8_MAX,
@@ -23,7 +24,7 @@ from app.api.deps import (
 )
 from app.api.problems import COMMON_PROBLEMS
 from app.compression import events
-from app.core.errors import MnemoError
+from app.core.errors import Conflict, MnemoError
 from app.jobs import queue
 from app.sessions import repo as sessions
 
@@ -48,7 +49,16 @@ MAKE_MANUAL = text("""
     WHERE id = :id AND status = 'queued'
 """)
 
+# running_compression: the compression of this session a worker is running now.
+RUNNING_COMPRESSION = text("""
+    SELECT id FROM jobs WHERE session_id = :sid AND kind = 'compress' AND status = 'running'
+""")
+
 JOB_STATUS = text("SELECT status, last_error FROM jobs WHERE id = :id")
+
+# A queued compression can be claimed between our failed insert and our look-up;
+# the next insert then succeeds (or finds the one queued meanwhile).
+ENQUEUE_ATTEMPTS = 3
 
 
 class CompressionFailed(MnemoError):
@@ -81,17 +91,9 @@ async def compact(
     """
     async with engine.begin() as conn:
         sid = await sessions.session_pk(conn, tenant=tenant, session=session_id)
-        job_id = await queue.enqueue(
-            conn,
-            tenant_id=tenant,
-            session_id=sid,
-            kind="compress",
-            payload={"trigger": "manual"},
-            max_attempts=settings.job_max_attempts,
+        job_id = await _manual_compression(
+            conn, tenant=tenant, sid=sid, max_attempts=settings.job_max_attempts
         )
-        if job_id is None:
-            job_id = int((await conn.execute(QUEUED_COMPRESSION, {"sid": sid})).scalar_one())
-            await conn.execute(MAKE_MANUAL, {"id": job_id})
     scheduled = {"status": "scheduled", "job_id": job_id}
     if not wait:
         return JSONResponse(scheduled, status_code=202)
@@ -112,6 +114,33 @@ async def compact(
                 raise CompressionFailed(f"compression job {job_id} failed")
         await asyncio.sleep(WAIT_POLL_S)
     return JSONResponse(scheduled, status_code=202)
+
+
+async def _manual_compression(
+    conn: AsyncConnection, *, tenant: str, sid: int, max_attempts: int
+) -> int:
+    """The job that will compress the session now: a new one, the one already
+    waiting (made manual), or — when a worker claims that one under our feet and
+    no other can be queued — the one running."""
+    for _ in range(ENQUEUE_ATTEMPTS):
+        job_id = await queue.enqueue(
+            conn,
+            tenant_id=tenant,
+            session_id=sid,
+            kind="compress",
+            payload={"trigger": "manual"},
+            max_attempts=max_attempts,
+        )
+        if job_id is not None:
+            return job_id
+        queued = (await conn.execute(QUEUED_COMPRESSION, {"sid": sid})).scalar_one_or_none()
+        if queued is not None:
+            await conn.execute(MAKE_MANUAL, {"id": queued})
+            return int(queued)
+    running = (await conn.execute(RUNNING_COMPRESSION, {"sid": sid})).scalar_one_or_none()
+    if running is None:
+        raise Conflict("the session's compression queue changed too often; retry")
+    return int(running)
 
 
 @router.get("/{session_id}/events")
