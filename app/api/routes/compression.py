@@ -56,6 +56,11 @@ RUNNING_COMPRESSION = text("""
 
 JOB_STATUS = text("SELECT status, last_error FROM jobs WHERE id = :id")
 
+# lock_session: taken before the job insert, in the order ingest takes its locks (the
+# session row, then the job). Otherwise a post holding the row and inserting its own
+# job, and this insert waiting on the row for its foreign key, deadlock.
+LOCK_SESSION = text("SELECT 1 FROM sessions WHERE id = :sid FOR UPDATE")
+
 # A queued compression can be claimed between our failed insert and our look-up;
 # the next insert then succeeds (or finds the one queued meanwhile).
 ENQUEUE_ATTEMPTS = 3
@@ -91,6 +96,7 @@ async def compact(
     """
     async with engine.begin() as conn:
         sid = await sessions.session_pk(conn, tenant=tenant, session=session_id)
+        await conn.execute(LOCK_SESSION, {"sid": sid})
         job_id = await _manual_compression(
             conn, tenant=tenant, sid=sid, max_attempts=settings.job_max_attempts
         )
