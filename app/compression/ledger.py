@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Literal
 
-from app.compression.state import Action
+from app.compression.state import Action, ActionUnit
 from app.compression.text import clip
 
 # Up to this many calls, every one gets its own line even with no budget pressure.
@@ -65,7 +65,7 @@ _WRITE_VERBS = frozenset(
     execute kill terminate drop reset escalate notify email message reply share block
     unblock subscribe unsubscribe renew extend open complete claim redeem allocate dispatch
     ship print link unlink import export rotate revert resolve accept decline train build
-    fit generate backup restore sync""".split()
+    fit generate backup restore sync reschedule bind unbind""".split()
 )
 _READ_VERBS = frozenset(
     """get list search find query fetch lookup look read check calculate calc compute think
@@ -84,7 +84,9 @@ _CHANGED = re.compile(
 )
 
 
-def tool_kind(action: Action, declared: Mapping[str, ToolKind] | None = None) -> ToolKind:
+def tool_kind(
+    action: Action | ActionUnit, declared: Mapping[str, ToolKind] | None = None
+) -> ToolKind:
     """ "write" when the call changes the world (book, cancel, send…), else "read".
 
     The deployment's declaration wins; then the tool name's first verb; then the
@@ -139,7 +141,7 @@ def format_call(action: Action, limit: int = 160) -> str:
     return f"{action.tool}({clip(shown, limit)})"
 
 
-def refs(action: Action) -> list[str]:
+def refs(action: Action | ActionUnit) -> list[str]:
     """The ``key=value`` parts of the result summary that are ids or locations."""
     keys = {_PATH_STEP.split(path)[-1] for path in action.ref_paths}
     found = []
@@ -198,6 +200,13 @@ def _undone_by(actions: Sequence[Action]) -> dict[int, Action]:
             if wanted & set(_ids(earlier)):
                 out[id(earlier)] = undo
     return out
+
+
+def undone_writes(
+    actions: Sequence[Action], kinds: Mapping[str, ToolKind] | None = None
+) -> set[int]:
+    """``id()`` of the write calls a later write took back."""
+    return set(_undone_by([a for a in actions if tool_kind(a, kinds) == "write"]))
 
 
 def _values(arguments: Mapping[str, Any]) -> list[str]:

@@ -40,7 +40,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from app.compression.ledger import Detail, ToolKind, Used, ledger_lines, tool_kind
+from app.compression.extract.base import MOVED_ON
+from app.compression.ledger import Detail, ToolKind, Used, ledger_lines, tool_kind, undone_writes
 from app.compression.state import Language, Note, TaskState
 from app.compression.text import clip
 from app.compression.text import detect_language as _detect
@@ -48,6 +49,7 @@ from app.compression.untrusted import neutral_state
 from app.core.tokens import count_tokens as _count_tokens
 
 TokenCounter = Callable[[str], int]
+_MOVED_ON = frozenset(MOVED_ON.values())
 NEVER_DROP = math.inf
 DEFAULT_MIN_ACTIVITY = 0.05
 # Each smaller rendering aims at this share of the previous one's size.
@@ -75,6 +77,7 @@ LABELS: dict[str, dict[str, str]] = {
         "param": "- {name}: {value}",
         "was": " (was {old})",
         "changed": " (changed: {name} is now {value})",
+        "changed_to": " (changed: now {value})",
         "artifacts": "Ids and artifacts:",
         "decisions": "Decisions:",
         "answered": "- Answered: {q} → {a}",
@@ -108,6 +111,7 @@ LABELS: dict[str, dict[str, str]] = {
         "param": "- {name}：{value}",
         "was": " (原为 {old})",
         "changed": "（已调整：{name}改为 {value}）",
+        "changed_to": "（已调整：改为 {value}）",
         "artifacts": "编号与产出：",
         "decisions": "决定：",
         "answered": "- 已答复：{q} → {a}",
@@ -284,8 +288,9 @@ def _used_values(state: TaskState, kinds: Mapping[str, ToolKind] | None) -> Used
     ):
         texts += [item.text for item in pool]
     texts += [f"{p.name} {p.value}" for p in state.parameters]
+    undone = undone_writes(state.actions, kinds)
     for action in state.actions:
-        if tool_kind(action, kinds) == "write":
+        if tool_kind(action, kinds) == "write" and id(action) not in undone:
             texts.append(json.dumps(action.arguments, ensure_ascii=False))
             texts.append(action.result_summary)
     corpus = "\n".join(texts).casefold()
@@ -334,21 +339,37 @@ def _value_pattern(value: str) -> re.Pattern[str] | None:
     )
 
 
+# A reversed choice as the extractor records it: "B instead of A", "改为B（不再是A）".
+_REPLACED = re.compile(
+    r"^(?P<new>[^\n]{1,40}?) instead of (?P<old>[^\n]{1,40})$"
+    r"|^改为(?P<new2>[^（\n]{1,40})（不再是(?P<old2>[^）\n]{1,40})）$"
+)
+
+
 def _changes(state: TaskState) -> list[_Change]:
+    pairs = [(p.name, p.value, old.value) for p in state.parameters for old in p.history]
+    for d in state.decisions:
+        m = _REPLACED.match(d.text) if d.status == "active" else None
+        if m is not None:
+            new, old = m["new"] or m["new2"], m["old"] or m["old2"]
+            pairs.append((new, new, old))
     out = []
-    for p in state.parameters:
-        current = _value_pattern(p.value)
-        for old in p.history:
-            pattern = _value_pattern(old.value)
-            if pattern is not None and current is not None and not pattern.search(p.value):
-                out.append(_Change(pattern, current, p.name, p.value))
+    for name, value, was in pairs:
+        current, pattern = _value_pattern(value), _value_pattern(was)
+        if pattern is not None and current is not None and not pattern.search(value):
+            out.append(_Change(pattern, current, name, value))
     return out
+
+
+# The renderer's own marks of a replaced value: a line carrying one says so already.
+_MARKED = re.compile(r"\(was |（原为|\(原为| instead of |改为|不再是|\(changed:|（已调整")
 
 
 def _annotate(text: str, changes: list[_Change], lab: dict[str, str]) -> str:
     for change in changes:
-        if change.old.search(text) and not change.current.search(text):
-            text += lab["changed"].format(name=change.name, value=change.value)
+        if change.old.search(text) and not (change.current.search(text) and _MARKED.search(text)):
+            label = "changed_to" if change.name == change.value else "changed"
+            text += lab[label].format(name=change.name, value=change.value)
     return text
 
 
@@ -473,7 +494,7 @@ def _sections(
             p.resolved_seq or p.last_seen,
         )
         for p in state.pending
-        if p.status == "resolved"
+        if p.status == "resolved" and p.resolution not in _MOVED_ON
     ]
     facts = _Section(
         lab["facts"],
@@ -520,7 +541,18 @@ def _sections(
     # A changed parameter updates every place its old value still stands.
     changes = _changes(state)
     if changes:
-        for section in (goal, constraints, pinned, preferences, decisions, facts, pending, todos):
+        for section in (
+            goal,
+            constraints,
+            pinned,
+            preferences,
+            params,
+            decisions,
+            facts,
+            pending,
+            todos,
+            notes,
+        ):
             for line in section.lines:
                 line.text = _annotate(line.text, changes, lab)
     return [

@@ -21,3 +21,8 @@ class Extractor(Protocol):
     async def extract(self, turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
         """Units found in ``turns`` (oldest first); must not mutate ``state``."""
         ...
+
+
+# The answer recorded for an agent question the conversation moved past without
+# answering: it is no longer pending, and the renderer does not show it.
+MOVED_ON = {"en": "(not answered; the conversation moved on)", "zh": "（未答复，对话已继续）"}

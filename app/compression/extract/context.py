@@ -15,6 +15,10 @@ from app.compression.state import TaskState, Unit
 from app.compression.text import containment, normalize, param_key, text_key
 
 
+def _asks(text: str) -> bool:
+    return text.rstrip(" 。.").endswith(("?", "？", "吗", "呢"))
+
+
 @dataclass(slots=True)
 class Ref:
     key: str
@@ -41,7 +45,9 @@ class Context:
         # A question asked in the last turns of the previous slice can be answered
         # by the first user turn of this one.
         if first_seq is not None:
-            ctx.answerable = [r for r in ctx.pending if r.seq >= min(state.last_seq, first_seq) - 3]
+            # Only questions: what the user left open is not answered by the next "ok".
+            recent = min(state.last_seq, first_seq) - 3
+            ctx.answerable = [r for r in ctx.pending if r.seq >= recent and _asks(r.text)]
         for c in state.active_constraints():
             ctx.constraints.append(Ref(c.key, c.text, c.last_seen))
         ctx.todos = [Ref(t.key, t.text, t.last_seen) for t in state.todos if t.status == "open"]

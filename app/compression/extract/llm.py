@@ -79,6 +79,9 @@ JSON type of the result; ref_paths are JSONPaths of notable fields (e.g. $.pnr);
 summarise the result in one line, never copy it.
 - Keep texts short, in the language of the conversation. State only what the turns say.
 - Set emphasized to true only for turns marked (emphasized).
+- Add one summary unit (1-3 short sentences, in the language of the conversation) \
+for what was discussed, explained or reasoned about that fits no other unit; omit it \
+when everything fits a unit.
 - Small talk, thanks and greetings produce {{"units": []}}.
 
 JSON schema:

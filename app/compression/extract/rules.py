@@ -25,13 +25,20 @@ from collections.abc import Sequence
 
 from app.compression.extract import patterns as P
 from app.compression.extract import sentence as S
+from app.compression.extract.base import MOVED_ON
+from app.compression.extract.changes import change_units
 from app.compression.extract.context import Context, Ref
+from app.compression.extract.deferral import deferral
 from app.compression.extract.entities import find_artifacts
+from app.compression.extract.identifiers import identifier_units
+from app.compression.extract.summary import summary_unit
 from app.compression.extract.tools import action_units
 from app.compression.state import (
     ActionUnit,
     ArtifactUnit,
     GoalUnit,
+    HighStakesUnit,
+    ParameterUnit,
     PendingUnit,
     ResolutionUnit,
     TaskState,
@@ -39,7 +46,7 @@ from app.compression.state import (
     TurnView,
     Unit,
 )
-from app.compression.text import clip, normalize, text_key, word_set
+from app.compression.text import clip, detect_language, normalize, text_key, word_set
 
 _CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _CONSTRAINT_LED = re.compile(
@@ -60,6 +67,11 @@ _QUESTION_WORDS = word_set(
     "哪个 哪家 哪些 什么 怎么 是否 需要 喜欢 想要 您 你 我"
 )
 _ANSWER_CHARS = 120
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+# User replies after which an unanswered agent question is taken as moved past.
+MOVED_PAST_REPLIES = 2
+# A user turn that only defers, answers or pins something has not moved on.
+_NOT_MOVING_ON = frozenset(("pending", "resolution", "high_stakes", "summary", "artifact"))
 
 
 class RuleExtractor:
@@ -72,6 +84,8 @@ class RuleExtractor:
 def extract_units(turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
     """Synchronous core of ``RuleExtractor.extract`` (pure; usable without an event loop)."""
     ctx = Context.from_state(state, turns[0].seq if turns else None)
+    passed_over: dict[str, int] = {}
+    held: set[str] = set()
     actions = action_units(turns)
     units: list[Unit] = []
     for turn in turns:
@@ -81,7 +95,12 @@ def extract_units(turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
         if turn.role == "assistant":
             found = _assistant_units(turn, sentences, ctx)
         elif turn.role == "user":
+            asked = [r.key for r in ctx.answerable]
             found = _user_units(turn, sentences, ctx)
+            if any(u.kind == "pending" for u in found):
+                held.update(asked)  # "let me check first": the question stays open
+            if any(u.kind not in _NOT_MOVING_ON for u in found):
+                found += _moved_past(ctx, passed_over, held, turn.seq)
         elif turn.role == "system":
             found = _speech_units(turn, sentences, ctx, allow_goal=False)
         else:
@@ -90,7 +109,16 @@ def extract_units(turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
         units.extend(_text_artifacts(turn))
     units.extend(actions)
     units.extend(_todos_closed_by_tools(actions, ctx))
-    return _dedupe(units)
+    units = _dedupe(units)
+    spoken = [
+        (t, sentence)
+        for t in turns
+        if t.role == "user" and t.content
+        for sentence in split_sentences(t.content)
+    ]
+    language = state.language or detect_language(t.content for t in turns if t.role != "tool")
+    note = summary_unit(turns, spoken, units, state, language)
+    return [*units, note] if note is not None else units
 
 
 def raw_sentences(text: str) -> list[str]:
@@ -128,7 +156,28 @@ def _user_units(turn: TurnView, sentences: list[str], ctx: Context) -> list[Unit
         if pure and sentences and S.clean(raw[0]) == sentences[0]:
             sentences = sentences[1:]
     ctx.answerable = []
-    return units + _speech_units(turn, sentences, ctx, allow_goal=True)
+    content = turn.content or ""
+    found = _speech_units(turn, sentences, ctx, allow_goal=True)
+    if not any(u.kind == "pending" for u in found):
+        # A deferral the sentence splitter cut in two ("…what Dr. Ng thinks…").
+        whole = deferral(clip(content, 600), turn.seq) if len(sentences) > 1 else None
+        found += [whole] if whole is not None else []
+    # Identifiers the user states, unless a pinned fact already holds them whole.
+    pinned = " ".join(u.text for u in found if isinstance(u, HighStakesUnit))
+    for sentence in raw:
+        units.extend(u for u in identifier_units(sentence, turn.seq) if _value(u) not in pinned)
+    olds = [normalize(u.previous) for u in found if isinstance(u, ParameterUnit) and u.previous]
+    if olds:
+        # The parameter rules read the change; the sentence is not also a rule or a
+        # decision still naming the old value as if it held.
+        return units + [u for u in found if not _restates(u, olds)]
+    changed = change_units(content, turn.seq, ctx, "zh" if _CJK.search(content) else "en")
+    if not changed:
+        return units + found
+    # A change of mind is neither a new rule nor a new request: only what must never
+    # be lost (pinned facts, open questions) comes from its sentences too.
+    kept = [u for u in found if u.kind in ("high_stakes", "pending")]
+    return units + _emit(ctx, changed) + kept
 
 
 def _resolutions(first: str, turn: TurnView, open_refs: list[Ref]) -> tuple[list[Unit], bool]:
@@ -248,6 +297,36 @@ def _assistant_units(turn: TurnView, sentences: list[str], ctx: Context) -> list
 
 
 # ------------------------------------------------------------------------- cross-turn
+
+
+def _restates(unit: Unit, olds: list[str]) -> bool:
+    text = getattr(unit, "text", None)
+    if unit.kind in ("pending", "high_stakes") or not isinstance(text, str):
+        return False
+    return any(old and old in normalize(text) for old in olds)
+
+
+def _value(unit: HighStakesUnit) -> str:
+    return unit.text.split(": ", 1)[-1]
+
+
+def _moved_past(ctx: Context, passed_over: dict[str, int], held: set[str], seq: int) -> list[Unit]:
+    """An agent question the user has twice moved past (with new business, not
+    a deferral or small talk) is no longer awaited.
+
+    Only questions expire, and not one the user put off ("let me check first"):
+    what the user left open stays pending until it is resolved.
+    """
+    closed: list[Unit] = []
+    for ref in list(ctx.pending):
+        if ref.seq >= seq or ref.key in held or not S.is_question(ref.text):
+            continue
+        passed_over[ref.key] = passed_over.get(ref.key, 0) + 1
+        if passed_over[ref.key] >= MOVED_PAST_REPLIES:
+            answer = MOVED_ON["zh" if _CJK.search(ref.text) else "en"]
+            closed.append(ResolutionUnit(answer=answer, target=ref.key, source_seqs=[seq]))
+            ctx.pending.remove(ref)
+    return closed
 
 
 def _text_artifacts(turn: TurnView) -> list[Unit]:

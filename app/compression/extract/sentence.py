@@ -23,6 +23,7 @@ import re
 
 from app.compression.extract import patterns as P
 from app.compression.extract.context import Context
+from app.compression.extract.deferral import deferral
 from app.compression.extract.entities import find_artifacts, has_amount_or_date
 from app.compression.state import (
     BlockerUnit,
@@ -74,6 +75,10 @@ _CLAUSE_MARK = re.compile(r"[，,；;:：]")
 _VALUE_LEAD = re.compile(r"^(?:了|成|为)\s*")  # "改成了 64", "设为 64"
 _VALUE_LIKE = re.compile(r"(?<!\s)\s*+[A-Za-z0-9\"“'¥$]")
 _NAME_LEAD = re.compile(r"^(?:the|my|our|your)\s+", re.I)
+# "Then close the ticket once she confirms": a next step with a condition, not a deferral.
+_SEQUENCE_LEAD = re.compile(
+    r"(?:then|next|after that|afterwards|later)\b|然后|接下来|下一步|之后", re.I
+)
 _TARGET_LEAD = re.compile(
     r"^(?:之前的?|刚才的?|那个|这个|上面的?|前面的?)|^(?:the|my|that|this|about|on|of)\s+", re.I
 )
@@ -448,6 +453,11 @@ def speech_units(
 ) -> tuple[list[Unit], bool]:
     """Units of one user/system sentence and whether any rule explained it."""
     emph = emphasized(sentence, turn_emphasized)
+    # A decision left open waits on someone: pending, and not also a rule or a request.
+    sequenced = _SEQUENCE_LEAD.match(sentence) is not None and todo(sentence, seq, emph)
+    deferred = None if sequenced else deferral(sentence, seq)
+    if deferred is not None:
+        return [deferred], True
     revoke = revocation(sentence, seq, ctx)
     if revoke is not None:
         return [revoke], True

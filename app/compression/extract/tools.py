@@ -67,6 +67,9 @@ _ID_KEY = re.compile(
     r"^(?:id|uuid|guid|pnr|ref|reference|locator|record_?locator|confirmation(?:_?(?:code|number|no))?"
     r"|.*(?:_id|Id|ID|_ref|_no|_number|_code))$"
 )
+# A value shaped like an id whatever its key: a code with letters and digits
+# ("CHG-8646425", "VIS-974214") or a merge-request style "!1648" / "#311".
+_ID_VALUE = re.compile(r"(?:[!#]\d{2,12}|(?=[A-Za-z0-9_-]{0,39}\d)[A-Za-z][A-Za-z0-9_-]{1,39})$")
 _SECRET_KEY = re.compile(
     r"card|account|acct|phone|passport|ssn|cvv|cvc|pin\b|password|passwd|secret|token|api_?key"
     r"|iban|routing|zip|postal",
@@ -220,6 +223,8 @@ def _artifact_kind(key: str, value: str) -> ArtifactKind | None:
         return "path" if ("/" in value or "\\" in value) else None
     if _ID_KEY.match(key):
         return "booking_ref" if _BOOKING_KEY.search(key) else "id"
+    if _ID_VALUE.match(value):
+        return "id"
     return None
 
 

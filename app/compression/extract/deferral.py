@@ -1,0 +1,87 @@
+"""Deferred decisions: what the user leaves open, waiting on someone or on later.
+
+A deferral is pending — it awaits someone (the user, a spouse, a manager, an
+approver) — however indirectly it is phrased: "park the X for now", "I'll circle
+back once I've talked to…", "hold off on X until Y agrees", "let me sleep on
+it", "X 先挂着", "等张经理点头了再说", "我还得跟家里商量一下". The whole
+sentence is kept, so the thing left open and whom it waits on stay together.
+
+Every pattern is an alternation of fixed phrases with bounded gaps (``.{0,n}``):
+linear in the sentence length.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.compression.state import PendingUnit
+from app.compression.text import clip
+
+_I = re.IGNORECASE
+
+# Putting a decision off: "park", "hold off on", "sleep on", "leave … open".
+_EN_PUT_OFF = (
+    r"\b(?:park|shelve|table)\b.{0,40}\b(?:for now|for the moment|until|till)\b"
+    r"|\bhold (?:off|fire)\b|\bput\b.{0,30}\bon hold\b|\bon hold\b"
+    r"|\bsleep on\b|\bmull (?:it |this |that )?over\b|\bthink (?:it |this |that )?over\b"
+    r"|\bon the fence\b|\bput a pin in\b|\bcan wait\b|\b(?:will|can|should) have to wait\b"
+    r"|\bleave\b.{0,40}\b(?:open|undecided|for later|out for now|aside for now)\b"
+    r"|\b(?:keep|stays?|remain)\b.{0,30}\b(?:open|undecided|pending)\b"
+    r"|\bnot (?:ready|able) to (?:commit|decide|confirm)\b|\bhaven'?t (?:decided|made up my mind)\b"
+    r"|\bnot (?:decided|sure|settled) yet\b|\bundecided\b|\bTBD\b|\bto be (?:decided|confirmed)\b"
+    r"|\b(?:don'?t|do not) (?:lock|book|commit|submit|finali[sz]e)\b.{0,30}\byet\b"
+)
+# Coming back to it: "get back to you on", "circle back", "let you know tomorrow".
+_EN_LATER = (
+    r"\b(?:get|come) back to you\b|\bcircle back\b|\bfollow up (?:on|about) (?:it|this|that)\b"
+    r"|\blet you know\b.{0,30}\b(?:later|tomorrow|tonight|next week|once|when|after)\b"
+    r"|\b(?:decide|confirm|tell you|answer)\b.{0,20}\b(?:later|tomorrow|tonight|next week)\b"
+)
+# Waiting on someone: "until Priya agrees", "once you find out what X thinks",
+# "my husband still needs to weigh in", "I need to run it by my boss".
+_EN_WAITING = (
+    r"\b(?:until|till|once|after|when)\b.{0,40}\b(?:agrees?|approves?|signs? off|confirms?"
+    r"|decides?|weighs? in|gets back|hear back|says? (?:yes|ok|so)|thinks|okays?|gives? the go)\b"
+    r"|\b(?:needs?|has|have|want) to (?:weigh in|sign off|approve|check with|run it by|talk to"
+    r"|ask|consult|hear from)\b|\bstill (?:needs to|has to|got to|must) (?:weigh in|decide"
+    r"|approve|sign off|look|check)\b"
+    r"|\brun (?:it|this|that) by\b|\b(?:check with|talk (?:it )?over with|ask)\b.{0,30}\b(?:first"
+    r"|before)\b|\bwaiting (?:for|on)\b|\bawaiting\b|\bpending (?:approval|sign-?off|review)\b"
+    r"|\b(?:ping|message|text|call|email|get back to|tell) you\b.{0,20}\b(?:after|once|when"
+    r"|as soon as)\b"
+    r"|\b(?:replies|responds|gets back to (?:me|us)|has a say|wants? a say|signs off)\b"
+)
+# Chinese: 先挂着/先不定/先留着/先放一放, 再考虑/再想想, 回头再说, 拿不准, 得…拍板/点头,
+# 等…确认了再…, 得跟…商量, 得听听…的意见, 明天给你答复.
+_ZH = (
+    r"先(?:挂着|放着|放一放|搁着|搁一搁|留着|空着|不定|别定|不动|别动|不急|别急|缓缓|缓一缓|等等|不提交|别提交)"
+    r"|缓一缓|缓一下|有消息(?:了)?(?:我|再|就)|回头[^。！!？?]{0,12}?(?:说|定|决定|确认|告诉|答复|看|碰|商量|聊)"
+    r"|(?:再|还得)(?:考虑|想想|想一想|斟酌|琢磨|看看|商量|合计)"
+    r"|改天再|过两天再|晚点(?:再)?(?:说|定|告诉|确认)"
+    r"|(?:明天|后天|下周|晚上|稍后|之后)(?:再)?(?:给你|告诉你|回复|答复|确认|定)"
+    r"|拿不准|没想好|还没(?:想好|定|决定|确定|拿定主意)|暂(?:时)?不(?:定|决定|确定|提交)|待定|未定"
+    r"|等.{1,20}?(?:点头|拍板|同意|确认|批准|答复|回复|决定|看过|看完|签字|定下来|审批|意见)"
+    r"|(?:得|要|需要|还得)(?:我|他|她|我们)?(?:跟|和|同|问问|请示|听听).{0,20}?(?:商量|意见|确认|拍板|同意|看看)"
+    r"|(?:得|要|由|归)(?:我|他|她)?.{0,12}?(?:拍板|点头|说了算|做主)"
+    r"|(?:还在|正在)(?:看|考虑|比较|等)"
+)
+
+_DEFERRAL = re.compile("|".join((_EN_PUT_OFF, _EN_LATER, _EN_WAITING, _ZH)), _I)
+# Asking to put it off is a deferral too ("can we leave X open?").
+_PUT_OFF = re.compile("|".join((_EN_PUT_OFF, _ZH)), _I)
+# A deferral asked about is a question, not a deferral ("should we wait for Priya?").
+_QUESTION = re.compile(r"[?？]\s*$")
+TEXT_CHARS = 240
+
+
+def is_deferral(sentence: str) -> bool:
+    if _QUESTION.search(sentence) is not None:
+        return _PUT_OFF.search(sentence) is not None
+    return _DEFERRAL.search(sentence) is not None
+
+
+def deferral(sentence: str, seq: int) -> PendingUnit | None:
+    """A pending item for a decision the speaker leaves open, or None."""
+    if not is_deferral(sentence):
+        return None
+    return PendingUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])

@@ -1,0 +1,101 @@
+"""Changes of mind: value changes and reversed choices (our own variants)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.compression.extract.changes import Change, change_units, reversal, value_change
+from app.compression.extract.context import Context, Ref
+
+VALUE_CHANGES = [
+    ("The deadline moved from May 2 to May 9.", Change("deadline", "May 2", "May 9")),
+    ("Quick fix: the seat count is now 12, not 10.", Change("seat count", "10", "12")),
+    (
+        "About the deposit: I said $300, but it's actually $340.",
+        Change(None, "$300", "$340"),
+    ),
+    ("Head count: 40 → 55.", Change("Head count", "40", "55")),
+    ("I need the room rate lowered — $180 rather than $210.", Change("room rate", "$210", "$180")),
+    ("装修预算从 8000 调整到 9500。", Change("装修预算", "8000", "9500")),
+    ("参会人数不是30了，改成45。", Change("参会人数", "30", "45")),
+    ("交房日期以6月3日为准，别再按5月30日了。", Change(None, "5月30日", "6月3日")),
+    ("复诊时间调成周四吧，周二不合适。", Change("复诊时间", "周二", "周四")),
+    ("OK, flip that: Acme, not Zenith.", Change(None, "Zenith", "Acme")),
+]
+
+REVERSALS = [
+    ("On second thought, not the Hilton — the Marriott instead.", "Hilton", "Marriott"),
+    ("Skip Acme this time and go with Zenith.", "Acme", "Zenith"),
+    ("Bluebird is a bad idea. Make it Redwood.", "Bluebird", "Redwood"),
+    ("I take back what I said about Python 2. Let's do Python 3.", "Python 2", "Python 3"),
+    ("我改主意了，不要南湖那套了，换东湖那套。", "南湖那套", "东湖那套"),
+    ("王医生不考虑了，直接上刘医生。", "王医生", "刘医生"),
+    ("蓝色那款pass，走灰色那款。", "蓝色那款", "灰色那款"),
+    ("Honestly, the Rexall beats the Walgreens. Go with that one.", "Walgreens", "Rexall"),
+    ("I was wrong about the Hilton. Switch it to the Westin, please.", "Hilton", "Westin"),
+    ("Never mind Orion — Vega it is.", "Orion", "Vega"),
+    ("换个思路，不选东湖了，西湖更合适。", "东湖", "西湖"),
+    ("哎，两次还是算了吧，就五次往返。", "两次", "五次往返"),
+    ("我反悔了，木屋比帐篷更合适，就定木屋。", "帐篷", "木屋"),
+]
+
+NOT_CHANGES = [
+    "Please do not book red-eye flights.",
+    "We're open from 9 to 5 on weekdays.",
+    "I'm not sure about the colour yet.",
+    "Book the train from Leeds to York.",
+    "我们从北京到上海坐高铁。",
+    "不要用我的旧邮箱。",
+    "Thanks, that works!",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), VALUE_CHANGES)
+def test_value_changes(text: str, expected: Change) -> None:
+    found = value_change(text)
+    assert found is not None
+    assert (found.old, found.new) == (expected.old, expected.new)
+    if expected.name is not None:
+        assert found.name == expected.name
+
+
+@pytest.mark.parametrize(("text", "old", "new"), REVERSALS)
+def test_reversals(text: str, old: str, new: str) -> None:
+    found = reversal(text)
+    assert found is not None and (found.old, found.new) == (old, new)
+
+
+@pytest.mark.parametrize("text", NOT_CHANGES)
+def test_rules_requests_and_spans_are_not_changes(text: str) -> None:
+    assert value_change(text) is None and reversal(text) is None
+
+
+def test_a_named_change_is_a_parameter_with_its_previous_value() -> None:
+    ctx = Context(goal_set=True)
+    [unit] = change_units("The deadline moved from May 2 to May 9.", 4, ctx, "en")
+    assert unit.kind == "parameter"
+    assert (unit.name, unit.value, unit.previous) == ("deadline", "May 9", "May 2")
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "note"),
+    [
+        ("en", "Skip Acme this time and go with Zenith.", "Zenith instead of Acme"),
+        ("zh", "王医生不考虑了，直接上刘医生。", "改为刘医生（不再是王医生）"),
+    ],
+)
+def test_a_reversal_is_a_decision_and_withdraws_the_old_choice(
+    language: str, text: str, note: str
+) -> None:
+    old = "Acme" if language == "en" else "王医生"
+    ctx = Context(goal_set=True, revocable=[Ref("pref:1", f"I'd like {old} for this.", 2)])
+    units = change_units(text, 9, ctx, language)
+    assert [u.kind for u in units] == ["decision", "revocation"]
+    assert units[0].text == note  # type: ignore[union-attr]
+    assert units[1].target == "pref:1"  # type: ignore[union-attr]
+
+
+def test_an_unnamed_value_change_takes_the_name_of_the_parameter_holding_it() -> None:
+    ctx = Context(goal_set=True, params={"deposit": ("deposit", "$300")})
+    [unit] = change_units("About it: I said $300, but it's actually $340.", 5, ctx, "en")
+    assert unit.kind == "parameter" and unit.name == "deposit"  # type: ignore[union-attr]
