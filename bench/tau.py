@@ -120,7 +120,11 @@ class Judge:
             if w.ok:
                 checks.append(("write_done", f"{w.tool} {w.key}", raw_ok or on_done_line(w) > 0))
             else:
-                successes = sum(1 for o in ws if o.ok and o.tool == w.tool and o.key == w.key)
+                # Without a key (a booking that failed has no id yet), any done line for
+                # the tool beyond its successful calls would be the failure shown as done.
+                successes = sum(
+                    1 for o in ws if o.ok and o.tool == w.tool and w.key in (None, o.key)
+                )
                 checks.append(
                     ("failed_not_done", f"{w.tool} {w.key}", on_done_line(w) <= successes)
                 )
