@@ -99,7 +99,8 @@ def extract_units(turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
             found = _user_units(turn, sentences, ctx)
             if any(u.kind == "pending" for u in found):
                 held.update(asked)  # "let me check first": the question stays open
-            if any(u.kind not in _NOT_MOVING_ON for u in found):
+            substantive = any(not S.is_noise(x) for x in sentences)
+            if substantive or any(u.kind not in _NOT_MOVING_ON for u in found):
                 found += _moved_past(ctx, passed_over, held, turn.seq)
         elif turn.role == "system":
             found = _speech_units(turn, sentences, ctx, allow_goal=False)
@@ -311,8 +312,8 @@ def _value(unit: HighStakesUnit) -> str:
 
 
 def _moved_past(ctx: Context, passed_over: dict[str, int], held: set[str], seq: int) -> list[Unit]:
-    """An agent question the user has twice moved past (with new business, not
-    a deferral or small talk) is no longer awaited.
+    """An agent question the user has twice moved past (with anything but small
+    talk, a bare answer or a deferral) is no longer awaited.
 
     Only questions expire, and not one the user put off ("let me check first"):
     what the user left open stays pending until it is resolved.

@@ -108,3 +108,17 @@ def test_the_summary_keeps_salient_sentences_no_unit_holds(
     [summary] = [u for u in units if u.kind == "summary"]
     assert kept in summary.text and summary.text.startswith(speaker)
     assert "weather" not in summary.text and "天气" not in summary.text
+
+
+def test_questions_answered_with_details_the_rules_do_not_structure_expire() -> None:
+    turns = [
+        turn(0, "user", "I need to move my dentist appointment."),
+        turn(1, "assistant", "Which clinic is it, and what is the booking reference?"),
+        turn(2, "user", "The one on Harbour Street, reference is on my phone somewhere."),
+        turn(3, "assistant", "Could you also tell me your date of birth?"),
+        turn(4, "user", "It's the fourth of March, nineteen ninety."),
+        turn(5, "user", "And ideally a morning slot next week."),
+    ]
+    state = merge(TaskState(), extract_units(turns, TaskState()), through_seq=5)
+    text = render(state, language="en")
+    assert "Pending:" not in text and "date of birth" not in text
