@@ -28,7 +28,7 @@ from app.compression.extract import sentence as S
 from app.compression.extract.base import MOVED_ON
 from app.compression.extract.changes import change_units
 from app.compression.extract.context import Context, Ref
-from app.compression.extract.deferral import deferral
+from app.compression.extract.deferral import deferral, is_deferral
 from app.compression.extract.entities import find_artifacts
 from app.compression.extract.identifiers import identifier_units
 from app.compression.extract.summary import summary_unit
@@ -322,6 +322,8 @@ def _moved_past(ctx: Context, passed_over: dict[str, int], held: set[str], seq: 
     for ref in list(ctx.pending):
         if ref.seq >= seq or ref.key in held or not S.is_question(ref.text):
             continue
+        if is_deferral(ref.text):
+            continue  # the user's own "can we leave X open?" awaits them, not a reply
         passed_over[ref.key] = passed_over.get(ref.key, 0) + 1
         if passed_over[ref.key] >= MOVED_PAST_REPLIES:
             answer = MOVED_ON["zh" if _CJK.search(ref.text) else "en"]

@@ -122,3 +122,20 @@ def test_questions_answered_with_details_the_rules_do_not_structure_expire() -> 
     state = merge(TaskState(), extract_units(turns, TaskState()), through_seq=5)
     text = render(state, language="en")
     assert "Pending:" not in text and "date of birth" not in text
+
+
+def test_a_deferral_asked_as_a_question_does_not_expire_in_a_later_compression() -> None:
+    first = [
+        turn(0, "user", "Please set up the newsletter."),
+        turn(1, "user", "Can we leave the welcome discount open for now?"),
+    ]
+    state = merge(TaskState(), extract_units(first, TaskState()), through_seq=1)
+    later = [
+        turn(2, "user", "Use the blue template."),
+        turn(3, "user", "Send it on Mondays at nine."),
+        turn(4, "user", "Add the unsubscribe link at the bottom."),
+    ]
+    state = merge(state, extract_units(later, state), through_seq=4)
+    assert "Pending: Can we leave the welcome discount open for now?" in render(
+        state, language="en"
+    )
