@@ -79,7 +79,6 @@ async def test_worker_killed_mid_compression_is_retried_and_applied_once(
     settings = make_settings(db_url, job_lease_s=1.5)
     async with httpx.AsyncClient() as http:
         rescuer = build_worker(settings, engine, http=http)
-        assert await rescuer.run_once() is None or True  # other jobs may run first
         await asyncio.sleep(1.6)  # the dead worker's lease runs out
         while await rescuer.run_once() is not None:
             pass

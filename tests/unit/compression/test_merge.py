@@ -72,12 +72,18 @@ def test_newer_parameter_wins_and_history_keeps_old_values() -> None:
         [
             ParameterUnit(name="batch_size", value="32", source_seqs=[2]),
             ParameterUnit(name="batch size", value="64", source_seqs=[7]),
-            ParameterUnit(name="Batch-Size", value="16", source_seqs=[4]),  # older, arrives late
         ],
     )
-    [param] = state.parameters
+    # A later compression brings evidence older than the current value (seq 4 < 7).
+    late = merge(state, [ParameterUnit(name="Batch-Size", value="16", source_seqs=[4])])
+    [param] = late.parameters
     assert (param.value, param.source_seq) == ("64", 7)
     assert [(h.value, h.seq) for h in param.history] == [("32", 2), ("16", 4)]
+    # A later restatement of an old value is newer evidence: it wins.
+    [param] = merge(
+        late, [ParameterUnit(name="batch_size", value="32", source_seqs=[9])]
+    ).parameters
+    assert (param.value, param.source_seq) == ("32", 9)
 
 
 def test_parameter_previous_value_seeds_history() -> None:

@@ -146,5 +146,5 @@ def test_newest_parameter_value_wins(values: list[str], data: st.DataObject) -> 
     [param] = state.parameters
     newest = max(units, key=lambda u: u.source_seqs[0])
     assert param.value == newest.value
-    assert param.source_seq >= newest.source_seqs[0] or param.value == newest.value
-    assert all(h.seq <= newest.source_seqs[0] for h in param.history)
+    assert param.source_seq == newest.source_seqs[0]
+    assert all(h.seq < newest.source_seqs[0] for h in param.history)
