@@ -28,6 +28,25 @@ from app.main import create_app
 TEMPLATE = "mnemo_template"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--explore",
+        action="store_true",
+        help="also run the random exploration tests (marker `explore`; new inputs every run)",
+    )
+    parser.addoption("--explore-examples", default="200", help="examples per operation")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Exploration is not a gate: its inputs change every run. Deselected unless asked for."""
+    if config.getoption("--explore"):
+        return
+    keep = [item for item in items if item.get_closest_marker("explore") is None]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+
+
 def _dsn(url: str, database: str) -> str:
     """asyncpg DSN for ``database`` on the server of a SQLAlchemy URL."""
     from sqlalchemy.engine import make_url

@@ -101,7 +101,9 @@ def create_key(data_dir: Path, tenant: str = "fuzz", scope: str = "admin") -> st
         env=env,
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
         timeout=120,
     )
+    if done.returncode != 0:
+        raise RuntimeError(f"mnemo keys create failed ({done.returncode}):\n{done.stderr}")
     return done.stdout.strip().splitlines()[-1]
