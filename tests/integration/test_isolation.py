@@ -120,6 +120,8 @@ PLAN = st.lists(
 async def _check_isolation(db_url: str, plan: list, query: list[str]) -> None:
     from app.db.engine import make_engine
     from app.main import create_app
+    from app.memories import repo
+    from app.memories.lexical import lexical_terms, query_terms
     from tests.conftest import make_settings
 
     engine = make_engine(db_url, pool_size=2)
@@ -134,6 +136,8 @@ async def _check_isolation(db_url: str, plan: list, query: list[str]) -> None:
                     ]
                 headers = [{"Authorization": f"Bearer {k}"} for k in made]
                 run = uuid.uuid4().hex[:8]
+                owned: dict[tuple[int, int], set[int]] = {}
+                texts: dict[int, str] = {}
                 for tenant, user, words in plan:
                     text_ = f"[{tenant}/{user}/{run}] " + " ".join(words)
                     r = await client.post(
@@ -142,18 +146,53 @@ async def _check_isolation(db_url: str, plan: list, query: list[str]) -> None:
                         headers=headers[tenant],
                     )
                     assert r.status_code == 201
+                    owned.setdefault((tenant, user), set()).add(r.json()["id"])
+                    texts[r.json()["id"]] = r.json()["text"]
+                # Embeddings, as the worker would store them: the vector leg has rows.
+                embedder = app.state.embedder
+                async with engine.begin() as conn:
+                    ids = sorted(texts)
+                    vectors = await embedder.embed([texts[i] for i in ids])
+                    for memory_id, vector in zip(ids, vectors, strict=True):
+                        await repo.set_embedding(
+                            conn, memory_id=memory_id, embedding=vector, model=embedder.model_id
+                        )
+                query_text = " ".join(query)
+                [query_vector] = await embedder.embed([query_text])
                 for tenant in (0, 1):
                     for user in range(3):
+                        mine = owned.get((tenant, user), set())
                         r = await client.get(
                             f"/v1/users/u{user}-{run}/memories",
-                            params={"query": " ".join(query), "limit": 50},
+                            params={"query": query_text, "limit": 50},
                             headers=headers[tenant],
                         )
-                        if r.status_code == 404:
-                            assert not any(t == tenant and u == user for t, u, _ in plan)
+                        if not mine:
+                            assert r.status_code == 404
                             continue
-                        for m in r.json()["memories"]:
+                        found = r.json()["memories"]
+                        # Every memory of the user has a vector, so hybrid search finds
+                        # all of them (at most 12, under the limit) and nothing else.
+                        assert found, (tenant, user)
+                        assert {m["id"] for m in found} == mine
+                        for m in found:
                             assert m["text"].startswith(f"[{tenant}/{user}/{run}]"), m["text"]
+                        # Each leg on its own, by the user's key.
+                        async with engine.connect() as conn:
+                            pk = await repo.user_pk(
+                                conn, tenant=f"t{tenant}", user=f"u{user}-{run}"
+                            )
+                            assert pk is not None
+                            by_vector = await repo.vector_search(
+                                conn, user_pk=pk, query=query_vector, model=embedder.model_id, k=50
+                            )
+                            terms = query_terms(query_text)
+                            by_terms = await repo.lexical_search(
+                                conn, user_pk=pk, terms=terms, k=50
+                            )
+                        assert {m.id for m in by_vector} == mine
+                        sharing = {i for i in mine if set(lexical_terms(texts[i])) & set(terms)}
+                        assert {m.id for m in by_terms} == sharing
     finally:
         await engine.dispose()
 
