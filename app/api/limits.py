@@ -25,13 +25,15 @@ class BodyLimitMiddleware:
             await self._refuse(send)
             return
         seen = 0
+        over = False
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, over
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
+                    over = True
                     raise BodyTooLarge
             return message
 
@@ -39,6 +41,13 @@ class BodyLimitMiddleware:
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if over:
+                # The app turned our exception into a response of its own (FastAPI
+                # answers 400 "error parsing the body"): the answer is 413 instead.
+                if not started:
+                    started = True
+                    await self._refuse(send)
+                return
             started = started or message["type"] == "http.response.start"
             await send(message)
 

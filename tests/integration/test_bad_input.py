@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -122,6 +124,55 @@ async def test_limits_are_413_and_say_the_limit(db_url: str, engine: AsyncEngine
             assert r.status_code == 413
             assert r.json()["errors"][0]["field"] == "body"
     assert await count_turns(engine) == 0
+
+
+async def test_a_streamed_body_over_the_limit_is_413_without_a_content_length(
+    db_url: str, engine: AsyncEngine
+) -> None:
+    """Chunked upload, no Content-Length to refuse up front: the limit is counted as the
+    body arrives, and the request is refused before the app has stored anything."""
+    from app.main import create_app
+
+    app = create_app(make_settings(db_url, max_body_bytes=2048), database_url=db_url, engine=engine)
+    sent = 0
+
+    pieces = [b'{"user_id": "u", "messages": [']
+    pieces += [b'{"role": "user", "content": "%d"},' % i for i in range(200)]
+    pieces += [b'{"role": "user", "content": "end"}]}']
+
+    async def chunks() -> AsyncIterator[bytes]:
+        nonlocal sent
+        for piece in pieces:
+            sent += len(piece)
+            yield piece
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://m") as c:
+            r = await c.post(
+                "/v1/sessions/s/turns",
+                content=chunks(),
+                headers={"content-type": "application/json"},
+            )
+            assert "content-length" not in r.request.headers
+            assert r.request.headers["transfer-encoding"] == "chunked"
+            # Refused once past the limit, not after reading everything.
+            assert 2048 < sent < sum(map(len, pieces))
+            assert r.status_code == 413, r.text
+            assert r.headers["content-type"].startswith("application/problem+json")
+            assert r.json()["errors"][0]["field"] == "body"
+            # Under the limit, the same streaming is accepted.
+            small = [b'{"user_id": "u", ', b'"messages": [{"role": "user", "content": "ok"}]}']
+
+            async def few() -> AsyncIterator[bytes]:
+                for piece in small:
+                    yield piece
+
+            r = await c.post(
+                "/v1/sessions/s2/turns", content=few(), headers={"content-type": "application/json"}
+            )
+            assert r.status_code == 201, r.text
+    assert await count_turns(engine) == 1
 
 
 async def test_context_budget_bounds(client: httpx.AsyncClient) -> None:
