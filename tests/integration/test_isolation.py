@@ -121,7 +121,7 @@ async def _check_isolation(db_url: str, plan: list, query: list[str]) -> None:
     from app.db.engine import make_engine
     from app.main import create_app
     from app.memories import repo
-    from app.memories.lexical import lexical_terms, query_terms
+    from app.memories.bm25 import index_terms, search_terms
     from tests.conftest import make_settings
 
     engine = make_engine(db_url, pool_size=2)
@@ -186,12 +186,12 @@ async def _check_isolation(db_url: str, plan: list, query: list[str]) -> None:
                             by_vector = await repo.vector_search(
                                 conn, user_pk=pk, query=query_vector, model=embedder.model_id, k=50
                             )
-                            terms = query_terms(query_text)
+                            terms = search_terms(query_text)
                             by_terms = await repo.lexical_search(
                                 conn, user_pk=pk, terms=terms, k=50
                             )
                         assert {m.id for m in by_vector} == mine
-                        sharing = {i for i in mine if set(lexical_terms(texts[i])) & set(terms)}
+                        sharing = {i for i in mine if set(index_terms(texts[i])) & set(terms)}
                         assert {m.id for m in by_terms} == sharing
     finally:
         await engine.dispose()
