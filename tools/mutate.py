@@ -87,9 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests-rev", help="tests/ from this commit instead")
     parser.add_argument("--only", nargs="*", help="mutation ids")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per mutant")
+    parser.add_argument("--mutations", type=Path, default=MUTATIONS, help="the list (TOML)")
     args = parser.parse_args(argv)
 
-    mutations = [m for m in load() if not args.only or m.id in args.only]
+    mutations = [m for m in load(args.mutations) if not args.only or m.id in args.only]
     with tempfile.TemporaryDirectory(prefix="mnemo-mutate-") as tmp:
         tree = Path(tmp)
         export(args.rev, tree)

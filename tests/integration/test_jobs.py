@@ -365,3 +365,37 @@ async def test_a_stalled_job_is_reclaimed_before_its_sessions_next_one_and_block
     assert await claim("w3") == due
     rows = {j["id"]: j for j in await job_rows(engine)}
     assert (rows[stalled]["attempts"], rows[due]["attempts"], rows[other]["attempts"]) == (2, 1, 1)
+
+
+async def test_only_the_lease_holder_may_finish_or_requeue_a_job(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    job_id = await enqueue(engine, "work", await new_session(client, engine))
+    async with engine.begin() as conn:
+        assert (await queue.claim(conn, worker="slow", lease_s=30)) is not None
+        await conn.execute(
+            text("UPDATE jobs SET locked_until = now() - interval '1 s' WHERE id = :id"),
+            {"id": job_id},
+        )
+    async with engine.begin() as conn:
+        taken = await queue.claim(conn, worker="rescuer", lease_s=30)
+    assert taken is not None and taken.id == job_id
+    # The first worker wakes up: its lease is gone, so its outcome is not recorded.
+    async with engine.begin() as conn:
+        assert await queue.complete(conn, job_id=job_id, worker="slow") is False
+        await queue.retry_later(conn, job_id=job_id, worker="slow", delay_s=0, error="late")
+    [row] = await job_rows(engine)
+    assert (row["status"], row["locked_by"], row["last_error"]) == ("running", "rescuer", None)
+    async with engine.begin() as conn:
+        assert await queue.complete(conn, job_id=job_id, worker="rescuer") is True
+
+
+async def test_a_compression_is_claimed_before_older_background_work(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    first = await enqueue(engine, "index_session", await new_session(client, engine, "a"))
+    second = await enqueue(engine, "compress", await new_session(client, engine, "b"))
+    assert queue.PRIORITIES["compress"] > queue.PRIORITIES.get("index_session", 0)
+    async with engine.begin() as conn:
+        claimed = [await queue.claim(conn, worker="w", lease_s=30) for _ in range(2)]
+    assert [j.id for j in claimed if j is not None] == [second, first]
