@@ -43,7 +43,7 @@ COPY app ./app
 RUN pip install --upgrade pip setuptools wheel \
  && pip install . \
  && cd / && python -c "import app.core.tokens as t; assert t.count_tokens('hello world') == 2" \
- && python -c "from app.db.migrate import head_revision; assert head_revision()"
+ && python -c "from app.stores.migrate import head_revision; assert head_revision()"
 
 # ---------------------------------------------------------------- runtime
 FROM python:${PYTHON_VERSION}-slim AS runtime

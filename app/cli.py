@@ -8,14 +8,14 @@ import signal
 import sys
 
 from app.core.config import Settings
-from app.observability.logs import configure as configure_logging
+from app.core.logs import configure as configure_logging
 
 
 def resolve_database_url(settings: Settings) -> str:
     """The configured database, or the embedded one (started here) when none is."""
     if settings.async_database_url:
         return settings.async_database_url
-    from app.db.embedded import start_embedded
+    from app.stores.embedded import start_embedded
 
     return start_embedded(settings.data_dir)
 
@@ -32,8 +32,8 @@ def prepare_database(settings: Settings) -> str:
 
 
 async def _migrate(url: str) -> None:
-    from app.db.engine import make_engine
-    from app.db.migrate import upgrade_to_head
+    from app.stores.engine import make_engine
+    from app.stores.migrate import upgrade_to_head
 
     engine = make_engine(url, pool_size=1)
     try:
@@ -62,8 +62,8 @@ async def _bootstrap_key(url: str, settings: Settings) -> None:
     key = settings.initial_key()
     if key is None:
         return
-    from app.auth.keys import bootstrap_key
-    from app.db.engine import make_engine
+    from app.stores.api_keys import bootstrap_key
+    from app.stores.engine import make_engine
 
     engine = make_engine(url, pool_size=1)
     try:
@@ -79,8 +79,8 @@ async def _bootstrap_key(url: str, settings: Settings) -> None:
 
 
 async def _keys_exist(url: str) -> bool:
-    from app.auth.keys import keys_configured
-    from app.db.engine import make_engine
+    from app.stores.api_keys import keys_configured
+    from app.stores.engine import make_engine
 
     engine = make_engine(url, pool_size=1)
     try:
@@ -130,10 +130,10 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     import httpx
     from prometheus_client import start_http_server
 
-    from app.db.engine import make_engine
-    from app.jobs.handlers import build_embedder_from_settings, build_worker
-    from app.memories.service import check_stored_models
-    from app.observability.metrics import Metrics
+    from app.core.metrics import Metrics
+    from app.services.memories import check_stored_models
+    from app.stores.engine import make_engine
+    from app.wiring import build_embedder_from_settings, build_worker
 
     url = prepare_database(settings)
 
@@ -167,8 +167,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
-    from app.auth import keys
-    from app.db.engine import make_engine
+    from app.stores import api_keys as keys
+    from app.stores.engine import make_engine
 
     if args.keys_command == "generate":  # no database: the operator installs it later
         print(keys.new_key()[1])
@@ -204,9 +204,9 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_reembed(settings: Settings, _: argparse.Namespace) -> int:
     import httpx
 
-    from app.db.engine import make_engine
-    from app.jobs.handlers import build_embedder_from_settings
-    from app.memories.service import reembed
+    from app.services.memories import reembed
+    from app.stores.engine import make_engine
+    from app.wiring import build_embedder_from_settings
 
     url = prepare_database(settings)
 

@@ -13,17 +13,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api import openapi, problems
 from app.api.limits import BodyLimitMiddleware
+from app.api.middleware import ObservabilityMiddleware
 from app.api.routes import compression, health, memories, sessions
-from app.auth.guard import Guard
 from app.core.config import Settings
+from app.core.metrics import Metrics
 from app.core.tokens import encoding
-from app.db.engine import make_engine
-from app.db.migrate import head_revision
-from app.ingest.triggers import policy_from_settings
-from app.jobs.handlers import build_embedder_from_settings, build_worker
-from app.memories.service import check_stored_models
-from app.observability.metrics import Metrics
-from app.observability.middleware import ObservabilityMiddleware
+from app.services.auth import Guard
+from app.services.ingest_trigger import policy_from_settings
+from app.services.memories import check_stored_models
+from app.stores.engine import make_engine
+from app.stores.migrate import head_revision
+from app.wiring import build_embedder_from_settings, build_worker
 
 log = logging.getLogger(__name__)
 

@@ -63,9 +63,9 @@ from pgvector.asyncpg import register_vector
 from sqlalchemy import event, make_url, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from app.db.embedded import start_embedded
-from app.db.migrate import upgrade_to_head
-from app.memories import repo
+from app.stores import memories as repo
+from app.stores.embedded import start_embedded
+from app.stores.migrate import upgrade_to_head
 from bench.latency import machine
 
 TENANT = "bench"

@@ -50,9 +50,10 @@ import httpx
 from app.compression.extract.rules import RuleExtractor
 from app.compression.merge import merge
 from app.compression.render import LABELS, render
-from app.compression.state import TaskState, TurnView
+from app.compression.state import TaskState
 from app.context.pack import RecentTurn, pack
 from app.core.tokens import count_message_tokens, count_tokens
+from app.core.turns import TurnView
 from bench._service import Service, running_service
 from bench.latency import machine
 from bench.sessions import RECALL_KINDS, Language, Planted, Session, generate, plan_sessions
@@ -70,7 +71,7 @@ CHECKPOINT_EVERY = 10
 WAIT_TIMEOUT_S = 120.0
 LLM_WAIT_TIMEOUT_S = 600.0
 POLL_S = 0.02
-# The share of the context budget the worker renders the state into (app/compression/job.py).
+# The share of the context budget the worker renders the state into (app/services/compression.py).
 STATE_SHARE = 0.6
 TIMING_TOKENS = 16_000
 TIMING_RUNS = 7

@@ -20,10 +20,10 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
-from app.db.embedded import start_embedded
-from app.db.engine import make_engine
-from app.db.migrate import upgrade_to_head
 from app.main import create_app
+from app.stores.embedded import start_embedded
+from app.stores.engine import make_engine
+from app.stores.migrate import upgrade_to_head
 
 TEMPLATE = "mnemo_template"
 

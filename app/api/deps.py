@@ -10,11 +10,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.api.schemas import ID_PATTERN
-from app.auth.guard import Guard
-from app.auth.keys import Principal
 from app.core.config import Settings
 from app.core.errors import Forbidden
-from app.observability.metrics import Metrics
+from app.core.metrics import Metrics
+from app.services.auth import Guard
+from app.stores.api_keys import Principal
 
 
 async def get_settings(request: Request) -> Settings:

@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.core.errors import MnemoError
-from app.observability.logs import request_id
+from app.core.logs import request_id
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ user) and ``activity`` (1.0 = just mentioned; decays with turns elapsed).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -33,21 +32,6 @@ ResultType = Literal["object", "list", "text", "number", "boolean", "null", "emp
 ActionStatus = Literal["done", "failed", "unknown"]
 ArtifactKind = Literal["id", "booking_ref", "path", "url", "table", "email"]
 HighStakesCategory = Literal["allergy", "medical", "payment", "account", "identity", "other"]
-
-
-@dataclass(frozen=True, slots=True)
-class TurnView:
-    """One archived chat turn as the compressor sees it (OpenAI message shape)."""
-
-    seq: int
-    role: str
-    content: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
-    emphasized: bool = False
-    created_at: datetime | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- units

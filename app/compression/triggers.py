@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from app.compression.extract.tools import calls_of, result_status
-from app.compression.state import TaskState, TurnView
+from app.compression.state import TaskState
 from app.compression.text import action_key, normalize, word_set
+from app.core.turns import TurnView
 
 TriggerReason = Literal[
     "token_threshold", "milestone", "repeated_action", "tool_failures", "topic_drift", "manual"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from app.memories.embed import cosine
+from app.memories.vectors import cosine
 
 T = TypeVar("T")
 

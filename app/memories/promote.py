@@ -31,8 +31,8 @@ from typing import Literal
 
 from app.compression.state import Item, TaskState
 from app.compression.untrusted import one_line
-from app.memories.embed import cosine
 from app.memories.lexical import jaccard, lexical_terms, normalize
+from app.memories.vectors import cosine
 
 Kind = Literal["preference", "profile", "rule", "high_stakes", "episode"]
 

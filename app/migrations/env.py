@@ -13,7 +13,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.db.tables import metadata
+from app.stores.tables import metadata
 
 config = context.config
 target_metadata = metadata

@@ -94,7 +94,7 @@ class EmbeddingCache:
     """USE vectors by text, so variants that share texts embed them once."""
 
     def __init__(self) -> None:
-        from app.memories.embed import USEEmbedder
+        from app.providers.embed import USEEmbedder
 
         self._embedder = USEEmbedder()
         self._vectors: dict[str, np.ndarray] = {}

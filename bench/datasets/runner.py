@@ -280,7 +280,7 @@ def raw_index(user: User) -> RawIndex:
 
 def embed_raw(indexes: Sequence[RawIndex]) -> float:
     """Embed every raw turn with the service's model; returns the seconds it took."""
-    from app.memories.embed import USEEmbedder
+    from app.providers.embed import USEEmbedder
 
     embedder = USEEmbedder()
     began = time.perf_counter()
@@ -299,7 +299,7 @@ def embed_raw(indexes: Sequence[RawIndex]) -> float:
 def ask_baselines(
     indexes: Mapping[str, RawIndex], questions: Sequence[Question], k: int
 ) -> dict[str, dict[str, list[Hit]]]:
-    from app.memories.embed import USEEmbedder
+    from app.providers.embed import USEEmbedder
 
     vectors = USEEmbedder().embed_sync([q.question for q in questions])
     out: dict[str, dict[str, list[Hit]]] = {"bm25": {}, "dense": {}}

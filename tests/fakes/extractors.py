@@ -7,7 +7,8 @@ import os
 import re
 from collections.abc import Sequence
 
-from app.compression.state import ArtifactUnit, TaskState, TurnView, Unit
+from app.compression.state import ArtifactUnit, TaskState, Unit
+from app.core.turns import TurnView
 
 RUNAWAY = "tests.fakes.extractors:runaway"
 BROKEN = "tests.fakes.extractors:broken"

@@ -6,7 +6,7 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.auth import keys
+from app.stores import api_keys as keys
 from tests.conftest import post_turns
 
 
@@ -126,7 +126,7 @@ class SteppedClock:
 async def test_revoked_key_stops_working_once_the_cache_window_has_passed(
     client: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
-    from app.auth.guard import CACHE_TTL_S
+    from app.services.auth import CACHE_TTL_S
 
     clock = SteppedClock()
     guard = app_of(client).state.guard

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.auth import keys
+from app.stores import api_keys as keys
 from tests.integration.test_auth import app_of, bearer
 
 

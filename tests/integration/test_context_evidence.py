@@ -9,8 +9,8 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.memories import repo
 from app.memories.bm25 import index_terms, search_terms
+from app.stores import memories as repo
 from tests.integration.test_memories import drain
 
 

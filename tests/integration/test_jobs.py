@@ -9,9 +9,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.config import Settings
-from app.jobs import queue
-from app.jobs.handlers import build_handlers
-from app.jobs.worker import JobContext, Worker
+from app.services.jobs import JobContext
+from app.stores import queue
+from app.wiring import build_handlers
+from app.worker import Worker
 from tests.conftest import make_settings, post_turns
 
 
@@ -322,7 +323,7 @@ async def test_a_claim_that_fails_on_the_database_is_no_job_and_the_next_one_wor
     w = worker(engine, settings, {"work": handler})
     async with engine.begin() as conn:  # the claim's statement now fails in Postgres
         await conn.execute(text("ALTER TABLE jobs RENAME TO jobs_away"))
-    with caplog.at_level(logging.WARNING, logger="app.jobs.worker"):
+    with caplog.at_level(logging.WARNING, logger="app.worker"):
         assert await w.run_once() is None
     assert "job claim failed" in caplog.text
     async with engine.begin() as conn:

@@ -14,14 +14,8 @@ import pytest
 from app.compression.extract.fallback import ExtractionResult, extract_with_fallback
 from app.compression.extract.llm import LLMExtractor
 from app.compression.extract.rules import RuleExtractor
-from app.compression.state import (
-    ConstraintUnit,
-    Goal,
-    TaskState,
-    TurnView,
-    Unit,
-    units_json_schema,
-)
+from app.compression.state import ConstraintUnit, Goal, TaskState, Unit, units_json_schema
+from app.core.turns import TurnView
 from app.providers.llm import ChatClient, LLMBadResponse, LLMUnavailable
 from tests.fakes.openai_server import (
     Reply,

@@ -7,8 +7,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.auth import keys
-from app.jobs.handlers import build_worker
+from app.stores import api_keys as keys
+from app.wiring import build_worker
 from tests.conftest import make_settings, post_turns
 
 
@@ -22,7 +22,7 @@ async def drain(engine: AsyncEngine, db_url: str) -> None:
     """Run every runnable job (embeddings, indexing) with the test embedder."""
     settings = make_settings(db_url)
     async with httpx.AsyncClient() as http:
-        from app.jobs.handlers import build_embedder_from_settings
+        from app.wiring import build_embedder_from_settings
 
         worker = build_worker(
             settings, engine, http=http, embedder=build_embedder_from_settings(settings, http)
@@ -85,7 +85,7 @@ async def test_expired_memories_disappear_and_are_swept_pinned_stay(
         )
     listed = (await client.get("/v1/users/u/memories")).json()["memories"]
     assert [m["id"] for m in listed] == [keep["id"]]
-    from app.memories.jobs import sweep_expired
+    from app.services.memory_jobs import sweep_expired
 
     assert await sweep_expired(engine) == 1
     async with engine.connect() as conn:
@@ -137,8 +137,8 @@ async def test_vectors_of_another_model_are_refused_until_reembedded(
     client: httpx.AsyncClient, engine: AsyncEngine, db_url: str
 ) -> None:
     from app.main import create_app
-    from app.memories.embed import EmbeddingModelMismatch, HashEmbedder
-    from app.memories.service import reembed
+    from app.providers.embed import EmbeddingModelMismatch, HashEmbedder
+    from app.services.memories import reembed
 
     m = await remember(client, "u", "Likes green tea.")
     await drain(engine, db_url)
@@ -169,8 +169,8 @@ async def test_heavy_users_search_through_hnsw_and_always_get_k(
     scan; with many other users' rows around, k results still come back, all theirs."""
     import random
 
-    from app.memories import repo as memory_repo
-    from app.memories.embed import l2_normalize
+    from app.memories.vectors import l2_normalize
+    from app.stores import memories as memory_repo
 
     monkeypatch.setattr(memory_repo, "EXACT_SCAN_MAX", 20)
     rng = random.Random(7)

@@ -7,8 +7,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.migrate import head_revision
-from app.db.tables import metadata
+from app.stores.migrate import head_revision
+from app.stores.tables import metadata
 
 
 async def test_migrations_match_the_table_models(engine: AsyncEngine) -> None:

@@ -14,14 +14,8 @@ from app.compression.extract.llm import (
     render_turns,
     validate_reply,
 )
-from app.compression.state import (
-    Constraint,
-    HighStakes,
-    Pending,
-    TaskState,
-    TurnView,
-    units_json_schema,
-)
+from app.compression.state import Constraint, HighStakes, Pending, TaskState, units_json_schema
+from app.core.turns import TurnView
 
 SEQS = {5, 6, 7}
 CONSTRAINT = {"kind": "constraint", "text": "No shellfish", "source_seqs": [5]}

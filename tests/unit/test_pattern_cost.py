@@ -36,7 +36,7 @@ import pytest
 
 import app
 
-CONTENT_LIMIT = 200_000  # app.ingest.validate: characters of one message's content
+CONTENT_LIMIT = 200_000  # app.api.validate: characters of one message's content
 _SCREEN_SIZE = 4_000
 _SCREEN_LIMIT_S = 1.0
 _WORST_PER_PATTERN = 3

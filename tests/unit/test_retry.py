@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.jobs.retry import GiveUp, decide_retry
+from app.core.retry import GiveUp, decide_retry
 
 
 @pytest.mark.parametrize(

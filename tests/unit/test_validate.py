@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from app.api.schemas import MessageIn
+from app.api.validate import Limits, check_messages
 from app.core.errors import InvalidInput, PayloadTooLarge
-from app.ingest.validate import Limits, check_messages
 
 LIMITS = Limits(max_messages=3, max_content_chars=50)
 

@@ -23,10 +23,8 @@ from app.api.deps import (
     TenantDep,
 )
 from app.api.problems import COMMON_PROBLEMS
-from app.compression import events
 from app.core.errors import Conflict, MnemoError
-from app.jobs import queue
-from app.sessions import repo as sessions
+from app.stores import events, queue, sessions
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from app.api.deps import EngineDep
-from app.observability.metrics import Metrics, refresh_queue_gauges
+from app.core.metrics import Metrics, refresh_queue_gauges
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["operations"])

@@ -20,9 +20,9 @@ from app.api.problems import COMMON_PROBLEMS
 from app.api.schemas import MemoriesOut, MemoryIn, MemoryKind, MemoryPublic, QueryText
 from app.compression.untrusted import one_line
 from app.core.errors import NotFound
-from app.memories import repo
-from app.memories.repo import MemoryRow
-from app.memories.service import add_memory, hybrid_search
+from app.services.memories import add_memory, hybrid_search
+from app.stores import memories as repo
+from app.stores.memories import MemoryRow
 
 router = APIRouter(
     prefix="/v1/users",

@@ -26,11 +26,11 @@ from app.api.schemas import (
     TurnsOut,
     TurnsPage,
 )
-from app.context.service import MemoryOptions, build_context
+from app.api.validate import Limits, check_messages
 from app.core.tokens import count_message_tokens
-from app.ingest import service as ingest
-from app.ingest.validate import Limits, check_messages
-from app.sessions import repo
+from app.services import ingest
+from app.services.context import MemoryOptions, build_context
+from app.stores import sessions as repo
 
 router = APIRouter(
     prefix="/v1/sessions",

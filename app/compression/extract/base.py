@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from app.compression.state import TaskState, TurnView, Unit
+from app.compression.state import TaskState, Unit
+from app.core.turns import TurnView
 
 
 @runtime_checkable

@@ -20,7 +20,8 @@ from typing import Protocol, runtime_checkable
 from pydantic import ValidationError
 
 from app.compression.extract.base import Extractor
-from app.compression.state import TaskState, TurnView, Unit, admit_units
+from app.compression.state import TaskState, Unit, admit_units
+from app.core.turns import TurnView
 from app.providers.llm import LLMError
 
 log = logging.getLogger(__name__)

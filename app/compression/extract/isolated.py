@@ -30,7 +30,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from app.compression.state import TaskState, TurnView, Unit
+from app.compression.state import TaskState, Unit
+from app.core.turns import TurnView
 
 _MODULE = "app.compression.extract.isolated"
 DEFAULT_TARGET = "app.compression.extract.rules:extract_units"

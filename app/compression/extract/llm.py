@@ -23,19 +23,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.compression.extract.fallback import ExtractionFailed
-from app.compression.state import (
-    Goal,
-    Parameter,
-    TaskState,
-    TurnView,
-    Unit,
-    parse_units,
-    units_json_schema,
-)
+from app.compression.state import Goal, Parameter, TaskState, Unit, parse_units, units_json_schema
 from app.compression.text import clip, param_key, text_key
 from app.compression.untrusted import one_line
 from app.core.limits import NAME_CHARS
-from app.jobs.retry import GiveUp, decide_retry
+from app.core.retry import GiveUp, decide_retry
+from app.core.turns import TurnView
 from app.providers.llm import ChatClient, LLMBadResponse, LLMUnavailable
 
 TOOL_RESULT_CHARS = 1500

@@ -43,10 +43,10 @@ from app.compression.state import (
     ResolutionUnit,
     TaskState,
     TodoUnit,
-    TurnView,
     Unit,
 )
 from app.compression.text import clip, detect_language, normalize, text_key, word_set
+from app.core.turns import TurnView
 
 _CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _CONSTRAINT_LED = re.compile(

@@ -17,15 +17,9 @@ from collections.abc import Sequence
 from app.compression.extract import sentence as S
 from app.compression.extract.changes import reversal, value_change
 from app.compression.ledger import tool_kind
-from app.compression.state import (
-    ActionUnit,
-    ParameterUnit,
-    SummaryUnit,
-    TaskState,
-    TurnView,
-    Unit,
-)
+from app.compression.state import ActionUnit, ParameterUnit, SummaryUnit, TaskState, Unit
 from app.compression.text import clip, normalize, word_set
+from app.core.turns import TurnView
 
 MAX_SENTENCES = 3
 SENTENCE_CHARS = 200

@@ -22,10 +22,10 @@ from app.compression.state import (
     ArtifactKind,
     ArtifactUnit,
     ResultType,
-    TurnView,
     Unit,
 )
 from app.compression.text import clip
+from app.core.turns import TurnView
 
 SUMMARY_CHARS = 240
 # How much of a text result the failure cues are looked for in: an error says so at

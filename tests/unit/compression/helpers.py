@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.compression.extract.rules import extract_units
-from app.compression.state import TaskState, TurnView, Unit
+from app.compression.state import TaskState, Unit
+from app.core.turns import TurnView
 
 
 def user(seq: int, content: str, **kw: Any) -> TurnView:

@@ -9,7 +9,8 @@ from app.compression.extract.identifiers import identifier_units
 from app.compression.extract.rules import extract_units
 from app.compression.merge import merge
 from app.compression.render import render
-from app.compression.state import TaskState, TurnView
+from app.compression.state import TaskState
+from app.core.turns import TurnView
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.compression.job import unit_embeddings
 from app.compression.merge import merge
 from app.compression.state import ConstraintUnit, TaskState, Unit
-from app.memories.embed import EmbeddingUnavailable
+from app.providers.embed import EmbeddingUnavailable
+from app.services.compression import unit_embeddings
 
 SAME = [1.0, 0.0, 0.0]
 OTHER = [0.0, 1.0, 0.0]

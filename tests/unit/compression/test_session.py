@@ -12,8 +12,9 @@ import pytest
 from app.compression.extract.rules import RuleExtractor
 from app.compression.merge import diff_summary, merge
 from app.compression.render import detect_language, render
-from app.compression.state import TaskState, TurnView
+from app.compression.state import TaskState
 from app.compression.triggers import decide_trigger, select_turns
+from app.core.turns import TurnView
 
 from .helpers import assistant, call, result, system, user
 

@@ -154,7 +154,7 @@ def test_parse_arguments(raw: object, parsed: dict[str, object]) -> None:
 
 
 def test_parallel_calls_in_one_turn_pair_with_their_own_results() -> None:
-    from app.compression.state import TurnView
+    from app.core.turns import TurnView
 
     turn = TurnView(
         seq=0,

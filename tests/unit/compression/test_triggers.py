@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from app.compression.merge import merge
-from app.compression.state import ActionUnit, TaskState, TodoUnit, TurnView
+from app.compression.state import ActionUnit, TaskState, TodoUnit
 from app.compression.triggers import (
     Trigger,
     decide_trigger,
@@ -15,6 +15,7 @@ from app.compression.triggers import (
     select_turns,
     tier_for,
 )
+from app.core.turns import TurnView
 
 from .helpers import assistant, call, result, user
 

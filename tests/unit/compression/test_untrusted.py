@@ -18,13 +18,13 @@ from app.compression.state import (
     ConstraintUnit,
     PendingUnit,
     TaskState,
-    TurnView,
     Unit,
     admit_units,
 )
 from app.compression.untrusted import one_line
 from app.core.bounded import JsonBudget, clip_json
 from app.core.limits import NAME_CHARS
+from app.core.turns import TurnView
 
 from .helpers import call, extract, result, user
 

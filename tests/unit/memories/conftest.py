@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.memories.embed import USEEmbedder
+from app.providers.embed import USEEmbedder
 
 
 @pytest.fixture(scope="session")

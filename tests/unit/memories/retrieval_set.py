@@ -14,7 +14,8 @@ import statistics
 import time
 from collections.abc import Sequence
 
-from app.memories.embed import Embedder, HashEmbedder, USEEmbedder, cosine
+from app.memories.vectors import cosine
+from app.providers.embed import Embedder, HashEmbedder, USEEmbedder
 
 FACTS: tuple[str, ...] = (
     "I am allergic to peanuts.",  # 0

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.compression.state import TurnView
+from app.core.turns import TurnView
 from app.memories.chunk import Chunk, ChunkTurn, chunk_turns
 
 FLIGHT_EN = [

@@ -12,7 +12,7 @@ import sys
 import httpx
 import pytest
 
-from app.memories.embed import (
+from app.providers.embed import (
     Embedder,
     EmbeddingBadResponse,
     EmbeddingModelMismatch,
@@ -45,7 +45,7 @@ async def test_hash_embedder_is_deterministic_and_normalised() -> None:
 def test_hash_embedder_is_stable_across_processes() -> None:
     # Python's hash() is salted per process; stored vectors must not be.
     code = (
-        "from app.memories.embed import HashEmbedder\n"
+        "from app.providers.embed import HashEmbedder\n"
         "print(HashEmbedder(64).embed_one('靠窗 aisle'))"
     )
     outputs = {

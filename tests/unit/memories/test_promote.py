@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from app.compression.state import Action, Constraint, Goal, HighStakes, Note, TaskState
-from app.memories.embed import USEEmbedder
 from app.memories.lexical import lexical_similarity
 from app.memories.promote import (
     MEMORY_CHARS,
@@ -21,6 +20,7 @@ from app.memories.promote import (
     select_candidates,
     vector_similarity,
 )
+from app.providers.embed import USEEmbedder
 
 
 def note(text: str, *seqs: int, emphasized: bool = False, revoked: bool = False) -> Note:

@@ -32,13 +32,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compression.render import detect_language
 from app.core.tokens import count_tokens
-from app.memories import repo
-from app.memories.embed import Embedder
 from app.memories.fuse import mmr_by
 from app.memories.gate import build_query, needs_retrieval
-from app.memories.repo import MemoryRow
-from app.memories.service import age_label, hybrid_search
 from app.memories.when import date_label
+from app.providers.embed import Embedder
+from app.services.memories import age_label, hybrid_search
+from app.stores import memories as repo
+from app.stores.memories import MemoryRow
 
 LAST_USER_EMBEDDING = "SELECT last_user_embedding FROM sessions WHERE id = $1"
 

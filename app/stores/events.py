@@ -8,7 +8,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import NotFound
-from app.db.rows import json_value
+from app.stores.rows import json_value
 
 SUMMARY_COLUMNS = """
     e.id, e.created_at, e.trigger, e.tier, e.state_version, e.input_tokens, e.output_tokens,

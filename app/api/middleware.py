@@ -9,8 +9,8 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.observability.logs import request_id
-from app.observability.metrics import Metrics
+from app.core.logs import request_id
+from app.core.metrics import Metrics
 
 log = logging.getLogger("mnemo.access")
 SAFE_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.compression.state import TurnView
+from app.core.turns import TurnView
 
 
 def json_value(value: Any) -> Any:

@@ -15,12 +15,12 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.schemas import ContextBlock, ContextOut
-from app.context.memories import MemoryRequest, memory_block, recent_user_texts, top_k_for
 from app.context.pack import Block, RecentTurn, as_text, choose_tier, pack, window_tokens
 from app.core.errors import NotFound
 from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
-from app.db.engine import driver_connection
-from app.memories.embed import Embedder
+from app.providers.embed import Embedder
+from app.services.context_memories import MemoryRequest, memory_block, recent_user_texts, top_k_for
+from app.stores.engine import driver_connection
 
 # Live turns fetched by the first read. A budget is usually full long before; a
 # second read fetches up to RECENT_FETCH_LIMIT when it is not.

@@ -10,20 +10,21 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.compression.extract.isolated import IsolatedRuleExtractor, shared_processes
 from app.compression.extract.llm import LLMExtractor
-from app.compression.job import CompressionDeps, compress_handler
 from app.core.config import Settings
-from app.db.tables import EMBEDDING_DIM
-from app.jobs.worker import Handler, JobContext, Worker, metrics_on_job_event
-from app.memories.embed import Embedder, build_embedder
-from app.memories.jobs import (
+from app.core.metrics import Metrics
+from app.providers.embed import Embedder, build_embedder
+from app.providers.llm import chat_client_from_settings
+from app.services.compression import CompressionDeps, compress_handler
+from app.services.jobs import Handler, JobContext
+from app.services.memory_jobs import (
     MemoryDeps,
     embed_memories_handler,
     index_session_handler,
     promote_handler,
     sweep_expired,
 )
-from app.observability.metrics import Metrics
-from app.providers.llm import chat_client_from_settings
+from app.stores.tables import EMBEDDING_DIM
+from app.worker import Worker, metrics_on_job_event
 
 # recount_tokens: recompute a session's live-history counters from its turns.
 RECOUNT = text("""

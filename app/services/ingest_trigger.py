@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.compression.state import TaskState, TurnView
+from app.compression.state import TaskState
 from app.compression.triggers import Trigger, decide_trigger
 from app.core.config import Settings
-from app.db.rows import json_value, turn_view
-from app.ingest.service import PreparedTurn, SessionCounters, TriggerPolicy
+from app.core.turns import TurnView
+from app.services.ingest import PreparedTurn, SessionCounters, TriggerPolicy
+from app.stores.rows import json_value, turn_view
 
 RECENT_WINDOW = 12
 

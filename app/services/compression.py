@@ -18,20 +18,21 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.compression import repo
 from app.compression.diff import diff_summary
 from app.compression.extract.base import Extractor
 from app.compression.extract.fallback import ExtractionResult, extract_with_fallback
 from app.compression.extract.isolated import ExtractionDeadline
 from app.compression.merge import merge, state_texts, unit_texts
 from app.compression.render import detect_language, render_tiers
-from app.compression.state import TaskState, TurnView, Unit, dump_units
+from app.compression.state import TaskState, Unit, dump_units
 from app.compression.triggers import TIER_FRACTIONS, select_turns, tier_for
 from app.core.config import Settings
 from app.core.tokens import count_tokens
-from app.jobs import queue
-from app.jobs.worker import JobContext
-from app.memories.embed import Embedder, EmbeddingError
+from app.core.turns import TurnView
+from app.providers.embed import Embedder, EmbeddingError
+from app.services.jobs import JobContext
+from app.stores import compression as repo
+from app.stores import queue
 
 log = logging.getLogger(__name__)
 

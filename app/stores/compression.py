@@ -9,8 +9,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.compression.state import TaskState, TurnView
-from app.db.rows import json_value, turn_view
+from app.compression.state import TaskState
+from app.core.turns import TurnView
+from app.stores.rows import json_value, turn_view
 
 
 @dataclass(frozen=True)

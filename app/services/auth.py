@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.auth.keys import Principal, authenticate, hash_key, keys_configured
 from app.core.errors import Unauthorized
+from app.stores.api_keys import Principal, authenticate, hash_key, keys_configured
 
 CACHE_TTL_S = 5.0
 CACHE_MAX = 10_000

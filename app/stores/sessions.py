@@ -7,7 +7,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.schemas import SessionOut, StateOut, TurnOut, TurnsPage
 from app.core.errors import NotFound
-from app.db.rows import json_value
+from app.stores.rows import json_value
 
 # session_summary: the session with its counters, state version and pending jobs.
 SESSION_SUMMARY = text("""

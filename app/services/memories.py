@@ -13,13 +13,13 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.jobs import queue
-from app.memories import repo
 from app.memories.bm25 import index_terms, search_terms
-from app.memories.embed import Embedder, EmbeddingModelMismatch
 from app.memories.fuse import rrf
 from app.memories.lexical import normalize
-from app.memories.repo import MemoryRow
+from app.providers.embed import Embedder, EmbeddingModelMismatch
+from app.stores import memories as repo
+from app.stores import queue
+from app.stores.memories import MemoryRow
 
 CANDIDATES_PER_LIST = 20
 

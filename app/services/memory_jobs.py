@@ -14,17 +14,13 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.compression.state import TaskState, TurnView
+from app.compression.state import TaskState
 from app.compression.triggers import topic_drift
 from app.core.config import Settings
 from app.core.tokens import count_tokens
-from app.db.rows import json_value, turn_view
-from app.jobs import queue
-from app.jobs.worker import Handler, JobContext
-from app.memories import repo
+from app.core.turns import TurnView
 from app.memories.bm25 import index_terms
 from app.memories.chunk import chunk_turns, speaker_of
-from app.memories.embed import Embedder
 from app.memories.promote import (
     Confirm,
     ExistingMemory,
@@ -34,8 +30,13 @@ from app.memories.promote import (
     select_candidates,
     vector_similarity,
 )
-from app.memories.service import text_key
 from app.memories.when import resolve_relative
+from app.providers.embed import Embedder
+from app.services.jobs import Handler, JobContext
+from app.services.memories import text_key
+from app.stores import memories as repo
+from app.stores import queue
+from app.stores.rows import json_value, turn_view
 
 log = logging.getLogger(__name__)
 

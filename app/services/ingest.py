@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.api.schemas import MessageIn, TurnAck, TurnsOut
 from app.core.errors import Conflict
-from app.jobs import queue
+from app.stores import queue
 
 
 @dataclass(frozen=True)

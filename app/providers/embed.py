@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 import threading
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -23,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from app.memories.lexical import lexical_terms, normalize
+from app.memories.vectors import l2_normalize
 
 EMBEDDER_KINDS = ("use", "openai", "hash")
 _BODY_SNIPPET = 200
@@ -55,17 +55,6 @@ class Embedder(Protocol):
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One L2-normalised vector of ``dim`` floats per text, in order."""
         ...
-
-
-def l2_normalize(vector: Sequence[float]) -> list[float]:
-    """``vector`` scaled to unit length; the zero vector stays zero."""
-    norm = math.sqrt(math.fsum(x * x for x in vector))
-    return [x / norm for x in vector] if norm > 0 else [0.0] * len(vector)
-
-
-def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Cosine of two L2-normalised vectors (their dot product)."""
-    return math.fsum(x * y for x, y in zip(a, b, strict=True))
 
 
 # --------------------------------------------------------------------------- USE

@@ -1,9 +1,7 @@
 """The worker loop: wake on NOTIFY or poll, claim, run, heartbeat, retry or bury.
 
-A handler that changes state does so through ``JobContext.commit``, which marks
-the job done in the same transaction: the effect is applied exactly once even
-if the worker dies right after (the job is then done) or right before (the
-job is claimed again after its lease and nothing was applied).
+A handler changes state through ``JobContext.commit`` (``app/services/jobs.py``),
+which marks the job done in the same transaction as the effect.
 """
 
 from __future__ import annotations
@@ -16,45 +14,19 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
-from app.jobs import queue
-from app.jobs.queue import Job
-from app.jobs.retry import GiveUp, decide_retry
+from app.core.retry import GiveUp, decide_retry
+from app.services.jobs import Handler, JobContext, LeaseLost
+from app.stores import queue
+from app.stores.queue import Job
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-
-class LeaseLost(Exception):
-    """Another worker took the job after our lease expired; our work is rolled back."""
-
-
-@dataclass
-class JobContext:
-    engine: AsyncEngine
-    job: Job
-    worker: str
-    settings: Settings
-    committed: bool = False
-
-    async def commit(self, apply: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run ``apply`` and mark the job done, in one transaction."""
-        async with self.engine.begin() as conn:
-            result = await apply(conn)
-            if not await queue.complete(conn, job_id=self.job.id, worker=self.worker):
-                raise LeaseLost(f"job {self.job.id} is no longer ours")
-        self.committed = True
-        return result
-
-
-Handler = Callable[[JobContext], Awaitable[None]]
 
 
 def asyncpg_dsn(engine: AsyncEngine) -> str:
