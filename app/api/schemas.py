@@ -81,7 +81,7 @@ Name = Annotated[Text, StringConstraints(min_length=1, max_length=NAME_CHARS)]
 
 # This module is the one place that lists the fields a message may carry: every
 # model refuses unknown fields (422 naming them), so nothing reaches the archive,
-# the state or a context without being bounded here or in ``ingest/validate.py``
+# the state or a context without being bounded here or in ``api/validate.py``
 # and counted by ``core/tokens.count_message_tokens``.
 
 

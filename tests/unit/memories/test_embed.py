@@ -12,6 +12,7 @@ import sys
 import httpx
 import pytest
 
+from app.memories.vectors import cosine
 from app.providers.embed import (
     Embedder,
     EmbeddingBadResponse,
@@ -22,7 +23,6 @@ from app.providers.embed import (
     USEEmbedder,
     build_embedder,
     check_compatible,
-    cosine,
 )
 from tests.unit.memories.retrieval_set import FACTS, QUERIES, recall
 
