@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.compression.extract.isolated import IsolatedRuleExtractor, shared_processes
 from app.compression.extract.llm import LLMExtractor
@@ -15,7 +14,7 @@ from app.core.metrics import Metrics
 from app.providers.embed import Embedder, build_embedder
 from app.providers.llm import chat_client_from_settings
 from app.services.compression import CompressionDeps, compress_handler
-from app.services.jobs import Handler, JobContext
+from app.services.jobs import Handler
 from app.services.memory_jobs import (
     MemoryDeps,
     embed_memories_handler,
@@ -23,26 +22,9 @@ from app.services.memory_jobs import (
     promote_handler,
     sweep_expired,
 )
+from app.services.sessions import recount_tokens
 from app.stores.tables import EMBEDDING_DIM
 from app.worker import Worker, metrics_on_job_event
-
-# recount_tokens: recompute a session's live-history counters from its turns.
-RECOUNT = text("""
-    UPDATE sessions s SET
-        history_tokens = coalesce(
-            (SELECT sum(tokens) FROM turns t WHERE t.session_id = s.id AND NOT t.compacted), 0),
-        live_turns = (SELECT count(*) FROM turns t WHERE t.session_id = s.id AND NOT t.compacted)
-    WHERE s.id = :sid
-""")
-
-
-async def recount_tokens(ctx: JobContext) -> None:
-    """Repair job: the counters the trigger reads, rebuilt from the archive."""
-
-    async def apply(conn: AsyncConnection) -> None:
-        await conn.execute(RECOUNT, {"sid": ctx.job.session_id})
-
-    await ctx.commit(apply)
 
 
 def build_handlers(

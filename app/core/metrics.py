@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 TOKEN_BUCKETS = (64, 128, 256, 512, 1000, 2000, 2500, 4000, 8000, 16000, 32000, 64000, 128000)
@@ -90,21 +89,11 @@ class Metrics:
         )
 
 
-# queue_stats: queue depth by status and the age of the oldest waiting job.
-QUEUE_STATS = text("""
-    SELECT status, count(*) AS n,
-           extract(epoch FROM now() - min(created_at)) AS age
-    FROM jobs WHERE status IN ('queued', 'running', 'dead')
-    GROUP BY status
-""")
-
-
-async def refresh_queue_gauges(metrics: Metrics, engine: AsyncEngine) -> None:
-    """Gauges read from the database at scrape time (they are shared by all replicas)."""
-    async with engine.connect() as conn:
-        rows = (await conn.execute(QUEUE_STATS)).all()
-    seen = {r.status: r for r in rows}
+def set_queue_gauges(metrics: Metrics, counts: Iterable[tuple[str, int, float]]) -> None:
+    """Queue gauges from (status, jobs, age of the oldest in seconds), read at scrape time
+    (they are shared by all replicas)."""
+    seen = {status: (n, age) for status, n, age in counts}
     for status in ("queued", "running", "dead"):
-        metrics.queue_depth.labels(status).set(seen[status].n if status in seen else 0)
+        metrics.queue_depth.labels(status).set(seen[status][0] if status in seen else 0)
     queued = seen.get("queued")
-    metrics.queue_oldest_age.set(float(queued.age or 0) if queued else 0.0)
+    metrics.queue_oldest_age.set(float(queued[1]) if queued else 0.0)

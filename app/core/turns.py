@@ -1,4 +1,4 @@
-"""The archived chat turn as the compressor, the triggers and the stores see it."""
+"""A chat turn as the core sees it: posted and counted, and archived (``TurnView``)."""
 
 from __future__ import annotations
 
@@ -20,3 +20,19 @@ class TurnView:
     emphasized: bool = False
     created_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PreparedTurn:
+    """A validated message with its token count, ready to insert."""
+
+    client_id: str | None
+    role: str
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+    name: str | None
+    tokens: int
+    emphasized: bool
+    metadata: dict[str, Any]
+    created_at: datetime | None

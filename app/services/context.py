@@ -1,8 +1,8 @@
 """Read-only assembly of a session's context: precomputed state + recent raw turns.
 
 Never calls an LLM and never writes: the worker keeps ``task_states.rendered``
-current, this only reads it, in one statement (one snapshot, one round trip)
-straight through asyncpg, the hottest path of the service.
+current, this only reads it, in one statement (``stores/context.py``: one
+snapshot, one round trip) straight through asyncpg, the hottest path of the service.
 """
 
 from __future__ import annotations
@@ -14,39 +14,18 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.api.schemas import ContextBlock, ContextOut
 from app.context.pack import Block, RecentTurn, as_text, choose_tier, pack, window_tokens
 from app.core.errors import NotFound
 from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from app.providers.embed import Embedder
 from app.services.context_memories import MemoryRequest, memory_block, recent_user_texts, top_k_for
+from app.stores.context import read_context
 from app.stores.engine import driver_connection
 
 # Live turns fetched by the first read. A budget is usually full long before; a
 # second read fetches up to RECENT_FETCH_LIMIT when it is not.
 FIRST_PAGE = 64
 RECENT_FETCH_LIMIT = 400
-
-# context_read: the session, its owner, its rendered state and its newest live
-# (uncompacted) turns as JSON, newest first. Compacted turns are represented by
-# the task state, never twice.
-CONTEXT_READ = """
-    SELECT s.id, s.user_id, u.external_id AS user_external, s.total_tokens, s.last_user_seq,
-           EXISTS (SELECT 1 FROM memories m
-                    WHERE m.user_id = s.user_id AND m.superseded_by IS NULL) AS has_memories,
-           coalesce(ts.version, 0) AS version, coalesce(ts.rendered, '') AS rendered,
-           coalesce(ts.state->'renderings', '[]') AS renderings,
-           (SELECT coalesce(json_agg(t), '[]')
-              FROM (SELECT seq, role, content, tool_calls, tool_call_id, name, tokens
-                      FROM turns
-                     WHERE session_id = s.id AND NOT compacted
-                     ORDER BY seq DESC
-                     LIMIT $3 OFFSET $4) t) AS turns
-    FROM sessions s
-    JOIN users u ON u.id = s.user_id
-    LEFT JOIN task_states ts ON ts.session_id = s.id
-    WHERE s.tenant_id = $1 AND s.external_id = $2
-"""
 
 
 def _decoded(value: Any) -> Any:
@@ -63,6 +42,29 @@ def _message(t: dict[str, Any]) -> dict[str, Any]:
     if t["name"] is not None:
         message["name"] = t["name"]
     return message
+
+
+@dataclass(frozen=True)
+class BlockSize:
+    kind: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Context:
+    """The prompt to send: its messages (and as one text), what each block cost, and
+    what the whole raw history would have cost (``full_history_tokens``)."""
+
+    session_id: str
+    user_id: str
+    state_version: int
+    messages: list[dict[str, Any]]
+    text: str
+    blocks: list[BlockSize]
+    tokens: int
+    max_tokens: int
+    full_history_tokens: int
+    memory_ids: list[int]
 
 
 @dataclass(frozen=True)
@@ -104,10 +106,10 @@ async def build_context(
     max_tokens: int,
     query: str | None = None,
     memory: MemoryOptions | None = None,
-) -> ContextOut:
+) -> Context:
     db = await driver_connection(conn)
     try:
-        head = await db.fetchrow(CONTEXT_READ, tenant, session, FIRST_PAGE, 0)
+        head = await read_context(db, tenant=tenant, session=session, limit=FIRST_PAGE, offset=0)
     except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError):
         # Read through the driver, so the pool must be told the connection is gone.
         await conn.invalidate()
@@ -116,8 +118,12 @@ async def build_context(
         raise NotFound(f"session {session!r} not found")
     rows: list[dict[str, Any]] = _decoded(head["turns"])
     if len(rows) == FIRST_PAGE and sum(r["tokens"] for r in rows) < max_tokens:
-        more = await db.fetchrow(
-            CONTEXT_READ, tenant, session, RECENT_FETCH_LIMIT - FIRST_PAGE, FIRST_PAGE
+        more = await read_context(
+            db,
+            tenant=tenant,
+            session=session,
+            limit=RECENT_FETCH_LIMIT - FIRST_PAGE,
+            offset=FIRST_PAGE,
         )
         if more is not None:
             rows.extend(_decoded(more["turns"]))
@@ -174,13 +180,13 @@ async def build_context(
         blocks.append(Block("memories", text))
         memory_ids = [m.id for m in placed]
     packed = pack(blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens)
-    return ContextOut(
+    return Context(
         session_id=session,
         user_id=head["user_external"],
         state_version=head["version"],
         messages=packed.messages,
         text=as_text(packed.messages),
-        blocks=[ContextBlock(kind=k, tokens=t) for k, t in packed.blocks],
+        blocks=[BlockSize(kind=k, tokens=t) for k, t in packed.blocks],
         tokens=packed.tokens,
         max_tokens=max_tokens,
         full_history_tokens=head["total_tokens"],

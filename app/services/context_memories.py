@@ -38,9 +38,8 @@ from app.memories.when import date_label
 from app.providers.embed import Embedder
 from app.services.memories import age_label, hybrid_search
 from app.stores import memories as repo
+from app.stores import sessions
 from app.stores.memories import MemoryRow
-
-LAST_USER_EMBEDDING = "SELECT last_user_embedding FROM sessions WHERE id = $1"
 
 HEADERS = {"en": "## Long-term memory", "zh": "## 长期记忆"}
 PINNED = {"en": "pinned", "zh": "置顶"}
@@ -145,7 +144,7 @@ async def memory_block(
         vector = None
         if request.explicit_query is None and embedder is not None and request.latest_user:
             if request.latest_user[0] == request.last_embedded_seq:
-                raw = await db.fetchval(LAST_USER_EMBEDDING, request.session_pk)
+                raw = await sessions.last_user_embedding(db, session_pk=request.session_pk)
                 vector = None if raw is None else _vector(raw)
         found = await hybrid_search(
             conn,

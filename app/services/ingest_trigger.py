@@ -10,26 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compression.state import TaskState
 from app.compression.triggers import Trigger, decide_trigger
 from app.core.config import Settings
-from app.core.turns import TurnView
-from app.services.ingest import PreparedTurn, SessionCounters, TriggerPolicy
-from app.stores.rows import json_value, turn_view
+from app.core.turns import PreparedTurn, TurnView
+from app.services.ingest import SessionCounters, TriggerPolicy
+from app.stores import compression, sessions
 
 RECENT_WINDOW = 12
-
-# recent_live: the newest live turns, newest first (the batch just inserted included).
-RECENT_LIVE = text("""
-    SELECT seq, role, content, tool_calls, tool_call_id, name, emphasized
-    FROM turns WHERE session_id = :sid AND NOT compacted
-    ORDER BY seq DESC LIMIT :k
-""")
-
-STATE = text("SELECT state FROM task_states WHERE session_id = :sid")
 
 
 def _involves_tools(new: Sequence[tuple[int, PreparedTurn]]) -> bool:
@@ -82,14 +72,13 @@ def policy_from_settings(settings: Settings) -> TriggerPolicy:
             # Chat alone can only be a milestone ("done!"): the new turns suffice.
             found = decide(counters, _views(new), None)
             return None if found is None else found.reason
-        rows = (
-            await conn.execute(RECENT_LIVE, {"sid": counters.session_pk, "k": RECENT_WINDOW})
-        ).all()
-        recent = [turn_view(r) for r in reversed(rows)]
+        recent = await sessions.recent_live_turns(
+            conn, session_pk=counters.session_pk, k=RECENT_WINDOW
+        )
         state = None
         if any(t.tool_calls for _, t in new):
-            raw = (await conn.execute(STATE, {"sid": counters.session_pk})).scalar()
-            state = TaskState.model_validate(json_value(raw)) if raw else None
+            raw = await compression.stored_state(conn, session_pk=counters.session_pk)
+            state = TaskState.model_validate(raw) if raw is not None else None
         found = decide(counters, recent, state)
         return None if found is None else found.reason
 

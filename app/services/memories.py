@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.memories.bm25 import index_terms, search_terms
@@ -18,7 +17,7 @@ from app.memories.fuse import rrf
 from app.memories.lexical import normalize
 from app.providers.embed import Embedder, EmbeddingModelMismatch
 from app.stores import memories as repo
-from app.stores import queue
+from app.stores import queue, sessions
 from app.stores.memories import MemoryRow
 
 CANDIDATES_PER_LIST = 20
@@ -53,7 +52,7 @@ async def add_memory(
     max_attempts: int,
 ) -> Added:
     """Store a memory (or confirm the same one), and have the worker embed it."""
-    user_pk = await repo.ensure_user(conn, tenant=tenant, user=user)
+    user_pk = await sessions.ensure_user(conn, tenant=tenant, user=user)
     key = text_key(text)
     existing = await repo.by_text_key(conn, user_pk=user_pk, text_key=key)
     if existing is not None:
@@ -137,31 +136,11 @@ def age_label(when: datetime, now: datetime) -> str:
     return f"{days // 365}y ago"
 
 
-# other_models: a stored embedding made by a model other than the configured one.
-OTHER_MODELS = text("""
-    SELECT embedding_model, count(*) AS n FROM memories
-    WHERE embedding_model IS NOT NULL AND embedding_model <> :model
-    GROUP BY embedding_model
-""")
-
-# forget_embeddings: vectors of another model are dropped, to be recomputed.
-FORGET_EMBEDDINGS = text("""
-    UPDATE memories SET embedding = NULL, embedding_model = NULL, embedding_dim = NULL
-    WHERE embedding_model IS DISTINCT FROM :model
-    RETURNING tenant_id, user_id
-""")
-
-FORGET_TURN_EMBEDDINGS = text("""
-    UPDATE sessions SET last_user_embedding = NULL, last_user_seq = NULL
-    WHERE last_user_embedding IS NOT NULL
-""")
-
-
 async def check_stored_models(conn: AsyncConnection, embedder: Embedder) -> None:
     """Refuse to run against vectors of another model: they would be silently mixed."""
-    rows = (await conn.execute(OTHER_MODELS, {"model": embedder.model_id})).all()
-    if rows:
-        found = ", ".join(f"{r.embedding_model} ({r.n} memories)" for r in rows)
+    others = await repo.other_models(conn, model=embedder.model_id)
+    if others:
+        found = ", ".join(f"{model} ({n} memories)" for model, n in others)
         raise EmbeddingModelMismatch(
             f"stored memories were embedded with {found}, but the configured embedder is"
             f" {embedder.model_id}. Run `mnemo reembed` to recompute them with the configured"
@@ -171,9 +150,9 @@ async def check_stored_models(conn: AsyncConnection, embedder: Embedder) -> None
 
 async def reembed(conn: AsyncConnection, embedder: Embedder, *, max_attempts: int) -> int:
     """Drop vectors of other models and queue their users' embedding jobs; returns rows."""
-    rows = (await conn.execute(FORGET_EMBEDDINGS, {"model": embedder.model_id})).all()
-    await conn.execute(FORGET_TURN_EMBEDDINGS)
-    for tenant, user_pk in {(r.tenant_id, r.user_id) for r in rows}:
+    rows = await repo.forget_embeddings(conn, model=embedder.model_id)
+    await sessions.forget_turn_embeddings(conn)
+    for tenant, user_pk in set(rows):
         await queue.enqueue(
             conn,
             tenant_id=tenant,

@@ -11,7 +11,6 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.compression.state import TaskState
@@ -35,8 +34,7 @@ from app.providers.embed import Embedder
 from app.services.jobs import Handler, JobContext
 from app.services.memories import text_key
 from app.stores import memories as repo
-from app.stores import queue
-from app.stores.rows import json_value, turn_view
+from app.stores import queue, sessions
 
 log = logging.getLogger(__name__)
 
@@ -84,49 +82,11 @@ def embed_memories_handler(deps: MemoryDeps) -> Handler:
 
 # ---------------------------------------------------------------- index_session
 
-INDEX_HEAD = text("""
-    SELECT s.id, s.tenant_id, s.external_id, s.user_id, s.episode_seq, s.last_user_seq,
-           s.live_turns, s.turn_count, ts.state -> 'goal' ->> 'text' AS goal
-    FROM sessions s LEFT JOIN task_states ts ON ts.session_id = s.id
-    WHERE s.id = :sid
-""")
-
 # Below this cosine (USE) between the session's goal and the newest user request, the
 # talk has moved elsewhere. Measured: terse on-topic follow-ups to a goal score
 # 0.15–0.25 ("Use the reviews from 2024 only."), an unrelated request 0.07. A false
 # alarm costs one early compression, never information.
 DRIFT_THRESHOLD = 0.1
-
-# The turns not yet covered by a closed episode, oldest first.
-UNINDEXED_TURNS = text("""
-    SELECT seq, role, content, tool_calls, tool_call_id, name, metadata, created_at
-    FROM turns WHERE session_id = :sid AND seq > :after ORDER BY seq
-""")
-
-DROP_OPEN_EPISODES = text("""
-    DELETE FROM memories
-    WHERE session_id = :sid AND kind = 'episode' AND (metadata->>'open')::boolean
-""")
-
-INSERT_EPISODE = text(f"""
-    WITH m AS (
-        INSERT INTO memories (tenant_id, user_id, kind, text, text_key, source, metadata,
-                              session_id, ttl_days, expires_at, terms, embedding,
-                              embedding_model, embedding_dim, turn_seq)
-        VALUES (:tenant, :user_pk, 'episode', :text, :text_key, CAST(:source AS jsonb),
-                CAST(:metadata AS jsonb), :sid, :ttl_days,
-                now() + make_interval(days => :ttl_days), CAST(:terms AS text[]),
-                CAST(:embedding AS vector), :model, :dim, CAST(:turn_seq AS integer))
-        RETURNING id, user_id, kind)
-    {repo.POSTINGS}
-""")
-
-SET_SESSION_INDEX = text("""
-    UPDATE sessions SET episode_seq = greatest(episode_seq, :episode_seq),
-        last_user_seq = coalesce(:last_user_seq, last_user_seq),
-        last_user_embedding = coalesce(CAST(:last_user_embedding AS vector), last_user_embedding)
-    WHERE id = :sid
-""")
 
 
 @dataclass(frozen=True)
@@ -203,15 +163,12 @@ def index_session_handler(deps: MemoryDeps) -> Handler:
     async def handle(ctx: JobContext) -> None:
         sid = ctx.job.session_id
         async with ctx.engine.connect() as conn:
-            head = (await conn.execute(INDEX_HEAD, {"sid": sid})).first()
+            head = await sessions.index_head(conn, session_pk=sid)
             if head is None:
                 return
-            rows = (
-                await conn.execute(UNINDEXED_TURNS, {"sid": sid, "after": head.episode_seq})
-            ).all()
-        if not rows:
+            turns = await sessions.turns_after(conn, session_pk=head.id, after_seq=head.episode_seq)
+        if not turns:
             return
-        turns = [turn_view(r) for r in rows]
         indexed, closed_through = index_rows(
             turns, session_external=head.external_id, closed_through=head.episode_seq
         )
@@ -221,50 +178,48 @@ def index_session_handler(deps: MemoryDeps) -> Handler:
         settings = deps.settings
         # Topic drift is decided here, where the newest user turn gets embedded anyway
         # (never on the ingest path): far from the goal, the old task state is compressed.
+        goal = head.goal or ""
         watch_drift = bool(
             newest_user
-            and head.goal
+            and goal
             and head.turn_count >= settings.min_turns_before_compression
             and head.live_turns > settings.working_window_turns
         )
-        to_embed = texts + ([head.goal] if watch_drift else [])
+        to_embed = texts + ([goal] if watch_drift else [])
         vectors = await deps.embedder.embed(to_embed) if to_embed else []
         drift = None
         if watch_drift and newest_user is not None:
             goal_vector = vectors.pop()
-            state = TaskState.model_validate({"goal": {"key": "goal", "text": head.goal}})
+            state = TaskState.model_validate({"goal": {"key": "goal", "text": goal}})
             drift = topic_drift(
                 [newest_user],
                 state,
-                vector_similarity({head.goal: goal_vector, newest_user.content or "": vectors[-1]}),
+                vector_similarity({goal: goal_vector, newest_user.content or "": vectors[-1]}),
                 DRIFT_THRESHOLD,
             )
         ttl = deps.settings.memory_ttl_days
 
         async def apply(conn: AsyncConnection) -> None:
-            await conn.execute(DROP_OPEN_EPISODES, {"sid": sid})
+            await repo.drop_open_episodes(conn, session_pk=sid)
             for row, vector in zip(indexed, vectors, strict=False):
-                terms = index_terms(row.text)
-                await conn.execute(
-                    INSERT_EPISODE,
-                    {
-                        "tenant": head.tenant_id,
-                        "user_pk": head.user_id,
-                        "text": row.text,
-                        "text_key": text_key(row.text),
-                        "source": json.dumps(row.source, ensure_ascii=False),
-                        "metadata": json.dumps(row.metadata),
-                        "sid": sid,
-                        "ttl_days": ttl,
-                        **repo.postings(terms),
-                        "terms": terms,
-                        "turn_seq": row.source["seqs"][0]
-                        if row.metadata.get("granularity") == "turn"
-                        else None,
-                        "embedding": repo.vector_literal(vector),
-                        "model": deps.embedder.model_id,
-                        "dim": len(vector),
-                    },
+                await repo.insert_memory(
+                    conn,
+                    tenant=head.tenant_id,
+                    user_pk=head.user_id,
+                    kind="episode",
+                    text_=row.text,
+                    text_key=text_key(row.text),
+                    pinned=False,
+                    ttl_days=ttl,
+                    source=row.source,
+                    metadata=row.metadata,
+                    terms=index_terms(row.text),
+                    session_pk=head.id,
+                    turn_seq=row.source["seqs"][0]
+                    if row.metadata.get("granularity") == "turn"
+                    else None,
+                    embedding=vector,
+                    model=deps.embedder.model_id,
                 )
             if drift is not None:
                 await queue.enqueue(
@@ -275,16 +230,12 @@ def index_session_handler(deps: MemoryDeps) -> Handler:
                     payload={"trigger": "topic_drift", "detail": drift},
                     max_attempts=settings.job_max_attempts,
                 )
-            await conn.execute(
-                SET_SESSION_INDEX,
-                {
-                    "sid": sid,
-                    "episode_seq": closed_through,
-                    "last_user_seq": newest_user.seq if newest_user else None,
-                    "last_user_embedding": repo.vector_literal(vectors[-1])
-                    if newest_user
-                    else None,
-                },
+            await sessions.set_index_marks(
+                conn,
+                session_pk=head.id,
+                episode_seq=closed_through,
+                last_user_seq=newest_user.seq if newest_user else None,
+                last_user_embedding=repo.vector_literal(vectors[-1]) if newest_user else None,
             )
 
         await ctx.commit(apply)
@@ -301,35 +252,16 @@ def _time_range(turns: list[TurnView], seqs: list[int]) -> dict[str, str]:
 
 # ---------------------------------------------------------------- promote
 
-PROMOTE_HEAD = text("""
-    SELECT s.tenant_id, s.external_id, s.user_id, s.promoted_seq, ts.state
-    FROM sessions s JOIN task_states ts ON ts.session_id = s.id
-    WHERE s.id = :sid
-""")
-
-SET_PROMOTED = text("""
-    UPDATE sessions SET promoted_seq = greatest(promoted_seq, :seq) WHERE id = :sid
-""")
-
-# similar_existing: a user's live curated memories nearest to a vector, with theirs.
-SIMILAR_EXISTING_SQL = text("""
-    SELECT id, kind, text, embedding FROM memories
-    WHERE user_id = :user_pk AND superseded_by IS NULL AND kind <> 'episode'
-      AND embedding IS NOT NULL AND embedding_model = :model
-    ORDER BY (embedding <=> CAST(:q AS vector)) + 0
-    LIMIT :k
-""")
-
 
 def promote_handler(deps: MemoryDeps) -> Handler:
     """Carry a compressed session's standing facts into the user's long-term memory."""
 
     async def handle(ctx: JobContext) -> None:
         async with ctx.engine.connect() as conn:
-            head = (await conn.execute(PROMOTE_HEAD, {"sid": ctx.job.session_id})).first()
+            head = await sessions.promote_head(conn, session_pk=ctx.job.session_id)
         if head is None:
             return
-        state = TaskState.model_validate(json_value(head.state))
+        state = TaskState.model_validate(head.state)
         # Only what has new evidence since the last promotion: a compression re-renders
         # the whole state, and re-promoting it would "confirm" facts nobody restated.
         candidates = [
@@ -339,7 +271,7 @@ def promote_handler(deps: MemoryDeps) -> Handler:
         if not candidates:
 
             async def mark(conn: AsyncConnection) -> None:
-                await conn.execute(SET_PROMOTED, {"sid": ctx.job.session_id, "seq": through})
+                await sessions.set_promoted(conn, session_pk=ctx.job.session_id, seq=through)
 
             await ctx.commit(mark)
             return
@@ -354,17 +286,13 @@ def promote_handler(deps: MemoryDeps) -> Handler:
         plans = []
         async with ctx.engine.connect() as conn:
             for candidate in candidates:
-                rows = (
-                    await conn.execute(
-                        SIMILAR_EXISTING_SQL,
-                        {
-                            "user_pk": head.user_id,
-                            "model": model,
-                            "k": SIMILAR_EXISTING,
-                            "q": repo.vector_literal(vectors[candidate.text]),
-                        },
-                    )
-                ).all()
+                rows = await repo.similar_existing(
+                    conn,
+                    user_pk=head.user_id,
+                    model=model,
+                    query=vectors[candidate.text],
+                    k=SIMILAR_EXISTING,
+                )
                 existing = [ExistingMemory(id=r.id, text=r.text, kind=r.kind) for r in rows]
                 known = {**vectors, **{r.text: parse_vector(r.embedding) for r in rows}}
                 decision = decide(
@@ -407,7 +335,7 @@ def promote_handler(deps: MemoryDeps) -> Handler:
                     )
                 else:
                     assert isinstance(decision, Insert)
-            await conn.execute(SET_PROMOTED, {"sid": ctx.job.session_id, "seq": through})
+            await sessions.set_promoted(conn, session_pk=ctx.job.session_id, seq=through)
 
         await ctx.commit(apply)
 

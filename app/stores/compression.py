@@ -1,4 +1,6 @@
-"""The compressor's reads and its one atomic write."""
+"""The owner of ``task_states`` and ``compression_events``: the compressor's reads
+and its one atomic write (the turns and counters it touches go through
+``stores/sessions.py``, their owner)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compression.state import TaskState
 from app.core.turns import TurnView
+from app.stores import sessions
 from app.stores.rows import json_value, turn_view
 
 
@@ -78,19 +81,13 @@ INSERT_EVENT = text("""
     RETURNING id
 """)
 
-# compact_turns: mark the taken turns; only those still live (a retried job is a no-op).
-COMPACT_TURNS = text("""
-    UPDATE turns SET compacted = true, event_id = :event_id
-    WHERE session_id = :sid AND id = ANY(CAST(:ids AS bigint[])) AND NOT compacted
-    RETURNING tokens
-""")
+STATE = text("SELECT state FROM task_states WHERE session_id = :sid")
 
-BUMP_SESSION = text("""
-    UPDATE sessions SET history_tokens = greatest(history_tokens - :tokens, 0),
-                        live_turns = greatest(live_turns - :n, 0),
-                        compressions = compressions + 1, last_compression_at = now()
-    WHERE id = :sid
-""")
+
+async def stored_state(conn: AsyncConnection, *, session_pk: int) -> Any:
+    """The session's task state as stored (JSON), or None before its first compression."""
+    raw = (await conn.execute(STATE, {"sid": session_pk})).scalar()
+    return json_value(raw) if raw else None
 
 
 async def snapshot(conn: AsyncConnection, *, session_pk: int) -> Snapshot | None:
@@ -156,15 +153,12 @@ async def apply_compression(
             },
         )
     ).scalar_one()
-    tokens = [
-        r.tokens
-        for r in await conn.execute(
-            COMPACT_TURNS, {"sid": snap.session_pk, "ids": turn_pks, "event_id": event_id}
-        )
-    ]
+    tokens = await sessions.compact_turns(
+        conn, session_pk=snap.session_pk, turn_pks=turn_pks, event_id=event_id
+    )
     if len(tokens) != len(turn_pks):
         raise StaleSnapshot("some turns were compacted meanwhile")
-    await conn.execute(
-        BUMP_SESSION, {"sid": snap.session_pk, "tokens": sum(tokens), "n": len(tokens)}
+    await sessions.count_compression(
+        conn, session_pk=snap.session_pk, tokens=sum(tokens), n=len(tokens)
     )
     return Applied(event_id=event_id, version=version)

@@ -74,14 +74,6 @@ def vector_literal(vector: list[float]) -> str:
     return "[" + ",".join(f"{x:.6g}" for x in vector) + "]"
 
 
-USER_PK = text("SELECT id FROM users WHERE tenant_id = :tenant AND external_id = :user")
-
-UPSERT_USER = text("""
-    INSERT INTO users (tenant_id, external_id) VALUES (:tenant, :user)
-    ON CONFLICT (tenant_id, external_id) DO UPDATE SET external_id = EXCLUDED.external_id
-    RETURNING id
-""")
-
 # index_terms: a memory's postings, written with it (one statement with the insert).
 POSTINGS = """
     INSERT INTO memory_terms (user_id, term, memory_id, kind, tf, dl)
@@ -102,19 +94,52 @@ def postings(terms: list[str]) -> dict[str, Any]:
     }
 
 
+# insert_memory: the one way a memory is written (curated, promoted or indexed), with
+# its postings; an indexed episode or turn comes with its vector and session position.
 INSERT_MEMORY = text(f"""
     WITH m AS (
         INSERT INTO memories (tenant_id, user_id, kind, text, text_key, pinned, source, metadata,
-                              session_id, ttl_days, expires_at, terms)
+                              session_id, ttl_days, expires_at, terms, embedding,
+                              embedding_model, embedding_dim, turn_seq)
         VALUES (:tenant, :user_pk, :kind, :text, :text_key, CAST(:pinned AS boolean),
                 CAST(:source AS jsonb), CAST(:metadata AS jsonb), :session_pk,
                 CAST(:ttl_days AS integer),
                 CASE WHEN CAST(:pinned AS boolean) OR CAST(:ttl_days AS integer) IS NULL THEN NULL
                      ELSE now() + make_interval(days => CAST(:ttl_days AS integer)) END,
-                CAST(:terms AS text[]))
+                CAST(:terms AS text[]), CAST(:embedding AS vector), :model,
+                CAST(:dim AS integer), CAST(:turn_seq AS integer))
         RETURNING id, user_id, kind),
     p AS ({POSTINGS})
     SELECT id FROM m
+""")
+
+# drop_open_episodes: indexed rows whose turns may still change; the next run redoes them.
+DROP_OPEN_EPISODES = text("""
+    DELETE FROM memories
+    WHERE session_id = :sid AND kind = 'episode' AND (metadata->>'open')::boolean
+""")
+
+# similar_existing: a user's live curated memories nearest to a vector, with theirs.
+SIMILAR_EXISTING = text("""
+    SELECT id, kind, text, embedding FROM memories
+    WHERE user_id = :user_pk AND superseded_by IS NULL AND kind <> 'episode'
+      AND embedding IS NOT NULL AND embedding_model = :model
+    ORDER BY (embedding <=> CAST(:q AS vector)) + 0
+    LIMIT :k
+""")
+
+# other_models: a stored embedding made by a model other than the configured one.
+OTHER_MODELS = text("""
+    SELECT embedding_model, count(*) AS n FROM memories
+    WHERE embedding_model IS NOT NULL AND embedding_model <> :model
+    GROUP BY embedding_model
+""")
+
+# forget_embeddings: vectors of another model are dropped, to be recomputed.
+FORGET_EMBEDDINGS = text("""
+    UPDATE memories SET embedding = NULL, embedding_model = NULL, embedding_dim = NULL
+    WHERE embedding_model IS DISTINCT FROM :model
+    RETURNING tenant_id, user_id
 """)
 
 # confirm: a restatement refreshes the memory instead of duplicating it.
@@ -257,9 +282,6 @@ PINNED_HIGH_STAKES = text(f"""
 
 DELETE_MEMORY = text("DELETE FROM memories WHERE id = :id AND user_id = :user_pk RETURNING id")
 
-DELETE_USER = text(
-    "DELETE FROM users WHERE tenant_id = :tenant AND external_id = :user RETURNING id"
-)
 
 # sweep_expired: hard-delete memories past their expiry (pinned ones have none).
 SWEEP_EXPIRED = text("""
@@ -287,15 +309,6 @@ STORED_MODELS = text("""
 """)
 
 
-async def user_pk(conn: AsyncConnection, *, tenant: str, user: str) -> int | None:
-    found = (await conn.execute(USER_PK, {"tenant": tenant, "user": user})).scalar()
-    return None if found is None else int(found)
-
-
-async def ensure_user(conn: AsyncConnection, *, tenant: str, user: str) -> int:
-    return int((await conn.execute(UPSERT_USER, {"tenant": tenant, "user": user})).scalar_one())
-
-
 async def insert_memory(
     conn: AsyncConnection,
     *,
@@ -310,6 +323,9 @@ async def insert_memory(
     metadata: dict[str, Any],
     terms: list[str],
     session_pk: int | None = None,
+    turn_seq: int | None = None,
+    embedding: list[float] | None = None,
+    model: str | None = None,
 ) -> int:
     return int(
         (
@@ -328,6 +344,10 @@ async def insert_memory(
                     "session_pk": session_pk,
                     **postings(terms),
                     "terms": terms,
+                    "embedding": None if embedding is None else vector_literal(embedding),
+                    "model": model,
+                    "dim": None if embedding is None else len(embedding),
+                    "turn_seq": turn_seq,
                 },
             )
         ).scalar_one()
@@ -417,11 +437,6 @@ async def delete_memory(conn: AsyncConnection, *, user_pk: int, memory_id: int) 
     return found.first() is not None
 
 
-async def delete_user(conn: AsyncConnection, *, tenant: str, user: str) -> bool:
-    """Everything of the user goes by cascade: sessions, turns, state, events, memories, jobs."""
-    return (await conn.execute(DELETE_USER, {"tenant": tenant, "user": user})).first() is not None
-
-
 async def sweep_expired(conn: AsyncConnection, *, batch: int = 10_000) -> int:
     return len((await conn.execute(SWEEP_EXPIRED, {"batch": batch})).all())
 
@@ -452,3 +467,35 @@ async def stored_models(conn: AsyncConnection, *, tenant: str) -> list[tuple[str
         (r.embedding_model, r.embedding_dim)
         for r in await conn.execute(STORED_MODELS, {"tenant": tenant})
     ]
+
+
+async def drop_open_episodes(conn: AsyncConnection, *, session_pk: int | None) -> None:
+    await conn.execute(DROP_OPEN_EPISODES, {"sid": session_pk})
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    id: int
+    kind: str
+    text: str
+    embedding: Any  # the vector as the driver returns it
+
+
+async def similar_existing(
+    conn: AsyncConnection, *, user_pk: int, model: str, query: list[float], k: int
+) -> list[Neighbour]:
+    rows = await conn.execute(
+        SIMILAR_EXISTING, {"user_pk": user_pk, "model": model, "k": k, "q": vector_literal(query)}
+    )
+    return [Neighbour(id=r.id, kind=r.kind, text=r.text, embedding=r.embedding) for r in rows]
+
+
+async def other_models(conn: AsyncConnection, *, model: str) -> list[tuple[str, int]]:
+    """Embedding models other than ``model`` found on stored memories, with their counts."""
+    return [(r.embedding_model, r.n) for r in await conn.execute(OTHER_MODELS, {"model": model})]
+
+
+async def forget_embeddings(conn: AsyncConnection, *, model: str) -> list[tuple[str, int]]:
+    """Drop vectors not made by ``model``; (tenant, user pk) of each memory changed."""
+    rows = await conn.execute(FORGET_EMBEDDINGS, {"model": model})
+    return [(r.tenant_id, r.user_id) for r in rows]

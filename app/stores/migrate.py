@@ -8,6 +8,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -43,3 +44,14 @@ async def current_revision(engine: AsyncEngine) -> str | None:
 
     async with engine.connect() as conn:
         return await conn.run_sync(read)
+
+
+VERSION = text("SELECT version_num FROM alembic_version")
+
+
+async def schema_version(engine: AsyncEngine) -> str | None:
+    """The revision the database is at, read as the readiness probe reads it (raises
+    while the database is unreachable or not migrated at all)."""
+    async with engine.connect() as conn:
+        found = (await conn.execute(VERSION)).scalar()
+    return None if found is None else str(found)

@@ -110,6 +110,48 @@ BURY = text("""
 """)
 
 
+# queued_compression: the compression already waiting for this session, if any.
+QUEUED_COMPRESSION = text("""
+    SELECT id FROM jobs WHERE session_id = :sid AND kind = 'compress' AND status = 'queued'
+""")
+
+# running_compression: the compression of this session a worker is running now.
+RUNNING_COMPRESSION = text("""
+    SELECT id FROM jobs WHERE session_id = :sid AND kind = 'compress' AND status = 'running'
+""")
+
+# make_manual: a waiting tiered compression becomes the "compress now" one asked for.
+MAKE_MANUAL = text("""
+    UPDATE jobs SET payload = jsonb_set(payload, '{trigger}', '"manual"'), run_after = now()
+    WHERE id = :id AND status = 'queued'
+""")
+
+JOB_STATUS = text("SELECT status, last_error FROM jobs WHERE id = :id")
+
+# queue_stats: queue depth by status and the age of the oldest waiting job.
+QUEUE_STATS = text("""
+    SELECT status, count(*) AS n,
+           extract(epoch FROM now() - min(created_at)) AS age
+    FROM jobs WHERE status IN ('queued', 'running', 'dead')
+    GROUP BY status
+""")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    status: str
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class StatusCount:
+    """How many jobs are in ``status``, and the age in seconds of the oldest of them."""
+
+    status: str
+    n: int
+    age_s: float
+
+
 async def enqueue(
     conn: AsyncConnection,
     *,
@@ -181,3 +223,29 @@ async def bury(conn: AsyncConnection, *, job_id: int, error: str) -> None:
 
 async def extend_lease(conn: AsyncConnection, *, job_id: int, worker: str, lease_s: float) -> None:
     await conn.execute(EXTEND_LEASE, {"id": job_id, "worker": worker, "lease_s": lease_s})
+
+
+async def queued_compression(conn: AsyncConnection, *, session_pk: int) -> int | None:
+    found = (await conn.execute(QUEUED_COMPRESSION, {"sid": session_pk})).scalar_one_or_none()
+    return None if found is None else int(found)
+
+
+async def running_compression(conn: AsyncConnection, *, session_pk: int) -> int | None:
+    found = (await conn.execute(RUNNING_COMPRESSION, {"sid": session_pk})).scalar_one_or_none()
+    return None if found is None else int(found)
+
+
+async def make_manual(conn: AsyncConnection, *, job_id: int) -> None:
+    await conn.execute(MAKE_MANUAL, {"id": job_id})
+
+
+async def job_status(conn: AsyncConnection, *, job_id: int) -> JobStatus:
+    row = (await conn.execute(JOB_STATUS, {"id": job_id})).one()
+    return JobStatus(status=row.status, last_error=row.last_error)
+
+
+async def queue_stats(conn: AsyncConnection) -> list[StatusCount]:
+    return [
+        StatusCount(status=r.status, n=r.n, age_s=float(r.age or 0))
+        for r in await conn.execute(QUEUE_STATS)
+    ]

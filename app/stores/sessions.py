@@ -1,13 +1,383 @@
-"""Reads and deletes of sessions, their state and their archived turns."""
+"""The owner of ``users``, ``sessions`` and ``turns``: every statement that writes them.
+
+A session row carries the counters the trigger reads (``turn_count`` is the seq
+allocator, ``history_tokens`` and ``live_turns`` the live history) and the marks
+of the memory jobs (``episode_seq``, ``promoted_seq``, the newest user turn's
+embedding). Ingest appends turns and bumps the counters in one statement; a
+compression compacts turns and takes their tokens off; the repair job recounts.
+Reads that serve one use case (the context read, the compressor's snapshot) live
+in that use case's store; the reads here are the session's own.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.api.schemas import SessionOut, StateOut, TurnOut, TurnsPage
 from app.core.errors import NotFound
-from app.stores.rows import json_value
+from app.core.turns import PreparedTurn, TurnView
+from app.stores.rows import json_value, turn_view
+
+# ------------------------------------------------------------------------- users
+
+USER_PK = text("SELECT id FROM users WHERE tenant_id = :tenant AND external_id = :user")
+
+UPSERT_USER = text("""
+    INSERT INTO users (tenant_id, external_id) VALUES (:tenant, :user)
+    ON CONFLICT (tenant_id, external_id) DO UPDATE SET external_id = EXCLUDED.external_id
+    RETURNING id
+""")
+
+DELETE_USER = text(
+    "DELETE FROM users WHERE tenant_id = :tenant AND external_id = :user RETURNING id"
+)
+
+
+async def user_pk(conn: AsyncConnection, *, tenant: str, user: str) -> int | None:
+    found = (await conn.execute(USER_PK, {"tenant": tenant, "user": user})).scalar()
+    return None if found is None else int(found)
+
+
+async def ensure_user(conn: AsyncConnection, *, tenant: str, user: str) -> int:
+    return int((await conn.execute(UPSERT_USER, {"tenant": tenant, "user": user})).scalar_one())
+
+
+async def delete_user(conn: AsyncConnection, *, tenant: str, user: str) -> bool:
+    """Delete the user and, by cascade, their sessions, turns and memories."""
+    deleted = (await conn.execute(DELETE_USER, {"tenant": tenant, "user": user})).first()
+    return deleted is not None
+
+
+# ---------------------------------------------------------------------- append
+
+# lock_session: serialises posts to one session for the rest of the transaction.
+LOCK_SESSION = text("""
+    SELECT s.id, u.external_id AS user_external, s.turn_count, s.history_tokens,
+           s.live_turns, s.compressions
+    FROM sessions s JOIN users u ON u.id = s.user_id
+    WHERE s.tenant_id = :tenant AND s.external_id = :session
+    FOR UPDATE OF s
+""")
+
+# create_session: first post to a session (and maybe first sight of its user);
+# a racing first post finds the row created by the winner.
+CREATE_SESSION = text("""
+    WITH u AS (
+        INSERT INTO users (tenant_id, external_id) VALUES (:tenant, :user)
+        ON CONFLICT (tenant_id, external_id) DO UPDATE SET external_id = EXCLUDED.external_id
+        RETURNING id)
+    INSERT INTO sessions (tenant_id, external_id, user_id)
+    SELECT :tenant, :session, u.id FROM u
+    ON CONFLICT (tenant_id, external_id) DO NOTHING
+""")
+
+# known_turns: turns already stored under the client ids of this post.
+KNOWN_TURNS = text("""
+    SELECT external_id, seq, tokens FROM turns
+    WHERE session_id = :sid AND external_id = ANY(CAST(:ids AS text[]))
+""")
+
+# append_turns: the whole batch in one statement, and the session's counters with it
+# (turn_count is the seq allocator; history_tokens and live_turns feed the trigger).
+APPEND_TURNS = text("""
+    WITH inserted AS (
+        INSERT INTO turns (session_id, seq, external_id, role, content, tool_calls,
+                           tool_call_id, name, tokens, emphasized, metadata, created_at)
+        SELECT :sid, t.seq, t.external_id, t.role, t.content, CAST(t.tool_calls AS jsonb),
+               t.tool_call_id, t.name, t.tokens, t.emphasized, CAST(t.metadata AS jsonb),
+               coalesce(t.created_at, now())
+        FROM unnest(CAST(:seqs AS int[]), CAST(:external_ids AS text[]),
+                    CAST(:roles AS text[]), CAST(:contents AS text[]),
+                    CAST(:tool_calls AS text[]), CAST(:tool_call_ids AS text[]),
+                    CAST(:names AS text[]), CAST(:tokens AS int[]), CAST(:emphasized AS bool[]),
+                    CAST(:metadata AS text[]), CAST(:created_at AS timestamptz[]))
+             AS t(seq, external_id, role, content, tool_calls, tool_call_id, name, tokens,
+                  emphasized, metadata, created_at)
+        RETURNING 1)
+    UPDATE sessions SET turn_count = turn_count + :n,
+                        live_turns = live_turns + :n,
+                        history_tokens = history_tokens + :added_tokens,
+                        total_tokens = total_tokens + :added_tokens,
+                        updated_at = now()
+    WHERE id = :sid
+    RETURNING turn_count, history_tokens, live_turns
+""")
+
+
+@dataclass(frozen=True)
+class Locked:
+    """A session row locked for an append, with its owner and counters."""
+
+    id: int
+    user_external: str
+    turn_count: int
+    history_tokens: int
+    live_turns: int
+    compressions: int
+
+
+@dataclass(frozen=True)
+class KnownTurn:
+    external_id: str
+    seq: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Counters:
+    """A session's counters right after an append."""
+
+    turn_count: int
+    history_tokens: int
+    live_turns: int
+
+
+async def lock_session(conn: AsyncConnection, *, tenant: str, session: str) -> Locked | None:
+    row = (await conn.execute(LOCK_SESSION, {"tenant": tenant, "session": session})).first()
+    return None if row is None else Locked(**row._mapping)
+
+
+async def create_session(conn: AsyncConnection, *, tenant: str, session: str, user: str) -> None:
+    await conn.execute(CREATE_SESSION, {"tenant": tenant, "session": session, "user": user})
+
+
+async def known_turns(
+    conn: AsyncConnection, *, session_pk: int, client_ids: list[str]
+) -> list[KnownTurn]:
+    rows = await conn.execute(KNOWN_TURNS, {"sid": session_pk, "ids": client_ids})
+    return [KnownTurn(external_id=r.external_id, seq=r.seq, tokens=r.tokens) for r in rows]
+
+
+async def append_turns(
+    conn: AsyncConnection, *, session_pk: int, new: Sequence[tuple[int, str, PreparedTurn]]
+) -> Counters:
+    """Insert ``new`` (seq, external id, turn) and bump the session's counters."""
+    row = (await conn.execute(APPEND_TURNS, _columns(session_pk, new))).one()
+    return Counters(
+        turn_count=row.turn_count, history_tokens=row.history_tokens, live_turns=row.live_turns
+    )
+
+
+def _columns(sid: int, new: Sequence[tuple[int, str, PreparedTurn]]) -> dict[str, Any]:
+    def jsonish(value: Any) -> str | None:
+        return None if value is None else json.dumps(value, ensure_ascii=False)
+
+    return {
+        "sid": sid,
+        "n": len(new),
+        "added_tokens": sum(t.tokens for _, _, t in new),
+        "seqs": [seq for seq, _, _ in new],
+        "external_ids": [ext for _, ext, _ in new],
+        "roles": [t.role for _, _, t in new],
+        "contents": [t.content for _, _, t in new],
+        "tool_calls": [jsonish(t.tool_calls) for _, _, t in new],
+        "tool_call_ids": [t.tool_call_id for _, _, t in new],
+        "names": [t.name for _, _, t in new],
+        "tokens": [t.tokens for _, _, t in new],
+        "emphasized": [t.emphasized for _, _, t in new],
+        "metadata": [json.dumps(t.metadata, ensure_ascii=False) for _, _, t in new],
+        "created_at": [t.created_at for _, _, t in new],
+    }
+
+
+# --------------------------------------------------------------- compaction
+
+# lock_for_compaction: taken before a "compress now" job insert, in the order ingest
+# takes its locks (the session row, then the job). Otherwise a post holding the row
+# and inserting its own job, and this insert waiting on the row for its foreign key,
+# deadlock.
+LOCK_FOR_COMPACTION = text("SELECT 1 FROM sessions WHERE id = :sid FOR UPDATE")
+
+# compact_turns: mark the taken turns; only those still live (a retried job is a no-op).
+COMPACT_TURNS = text("""
+    UPDATE turns SET compacted = true, event_id = :event_id
+    WHERE session_id = :sid AND id = ANY(CAST(:ids AS bigint[])) AND NOT compacted
+    RETURNING tokens
+""")
+
+BUMP_SESSION = text("""
+    UPDATE sessions SET history_tokens = greatest(history_tokens - :tokens, 0),
+                        live_turns = greatest(live_turns - :n, 0),
+                        compressions = compressions + 1, last_compression_at = now()
+    WHERE id = :sid
+""")
+
+# recount_tokens: recompute a session's live-history counters from its turns.
+RECOUNT = text("""
+    UPDATE sessions s SET
+        history_tokens = coalesce(
+            (SELECT sum(tokens) FROM turns t WHERE t.session_id = s.id AND NOT t.compacted), 0),
+        live_turns = (SELECT count(*) FROM turns t WHERE t.session_id = s.id AND NOT t.compacted)
+    WHERE s.id = :sid
+""")
+
+# recent_live: the newest live turns, newest first (the batch just inserted included).
+RECENT_LIVE = text("""
+    SELECT seq, role, content, tool_calls, tool_call_id, name, emphasized
+    FROM turns WHERE session_id = :sid AND NOT compacted
+    ORDER BY seq DESC LIMIT :k
+""")
+
+
+async def lock_for_compaction(conn: AsyncConnection, *, session_pk: int) -> None:
+    await conn.execute(LOCK_FOR_COMPACTION, {"sid": session_pk})
+
+
+async def compact_turns(
+    conn: AsyncConnection, *, session_pk: int, turn_pks: list[int], event_id: int
+) -> list[int]:
+    """Mark ``turn_pks`` compacted by ``event_id``; the tokens of those that were live."""
+    rows = await conn.execute(
+        COMPACT_TURNS, {"sid": session_pk, "ids": turn_pks, "event_id": event_id}
+    )
+    return [r.tokens for r in rows]
+
+
+async def count_compression(conn: AsyncConnection, *, session_pk: int, tokens: int, n: int) -> None:
+    """Take ``n`` compacted turns of ``tokens`` off the live history; one more compression."""
+    await conn.execute(BUMP_SESSION, {"sid": session_pk, "tokens": tokens, "n": n})
+
+
+async def recount(conn: AsyncConnection, *, session_pk: int | None) -> None:
+    await conn.execute(RECOUNT, {"sid": session_pk})
+
+
+async def recent_live_turns(conn: AsyncConnection, *, session_pk: int, k: int) -> list[TurnView]:
+    """The newest ``k`` live turns, oldest first."""
+    rows = (await conn.execute(RECENT_LIVE, {"sid": session_pk, "k": k})).all()
+    return [turn_view(r) for r in reversed(rows)]
+
+
+# ------------------------------------------------------------- memory marks
+
+# index_head: what indexing starts from: the session, its marks and its goal.
+INDEX_HEAD = text("""
+    SELECT s.id, s.tenant_id, s.external_id, s.user_id, s.episode_seq, s.last_user_seq,
+           s.live_turns, s.turn_count, ts.state -> 'goal' ->> 'text' AS goal
+    FROM sessions s LEFT JOIN task_states ts ON ts.session_id = s.id
+    WHERE s.id = :sid
+""")
+
+# The turns not yet covered by a closed episode, oldest first.
+UNINDEXED_TURNS = text("""
+    SELECT seq, role, content, tool_calls, tool_call_id, name, metadata, created_at
+    FROM turns WHERE session_id = :sid AND seq > :after ORDER BY seq
+""")
+
+SET_SESSION_INDEX = text("""
+    UPDATE sessions SET episode_seq = greatest(episode_seq, :episode_seq),
+        last_user_seq = coalesce(:last_user_seq, last_user_seq),
+        last_user_embedding = coalesce(CAST(:last_user_embedding AS vector), last_user_embedding)
+    WHERE id = :sid
+""")
+
+# promote_head: what promotion starts from: the session, its mark and its state.
+PROMOTE_HEAD = text("""
+    SELECT s.tenant_id, s.external_id, s.user_id, s.promoted_seq, ts.state
+    FROM sessions s JOIN task_states ts ON ts.session_id = s.id
+    WHERE s.id = :sid
+""")
+
+SET_PROMOTED = text("""
+    UPDATE sessions SET promoted_seq = greatest(promoted_seq, :seq) WHERE id = :sid
+""")
+
+FORGET_TURN_EMBEDDINGS = text("""
+    UPDATE sessions SET last_user_embedding = NULL, last_user_seq = NULL
+    WHERE last_user_embedding IS NOT NULL
+""")
+
+# Read on the context path straight through the driver connection.
+LAST_USER_EMBEDDING = "SELECT last_user_embedding FROM sessions WHERE id = $1"
+
+
+@dataclass(frozen=True)
+class IndexHead:
+    id: int
+    tenant_id: str
+    external_id: str
+    user_id: int
+    episode_seq: int
+    last_user_seq: int | None
+    live_turns: int
+    turn_count: int
+    goal: str | None
+
+
+@dataclass(frozen=True)
+class PromoteHead:
+    tenant_id: str
+    external_id: str
+    user_id: int
+    promoted_seq: int
+    state: dict[str, Any]
+
+
+async def index_head(conn: AsyncConnection, *, session_pk: int | None) -> IndexHead | None:
+    row = (await conn.execute(INDEX_HEAD, {"sid": session_pk})).first()
+    return None if row is None else IndexHead(**row._mapping)
+
+
+async def turns_after(conn: AsyncConnection, *, session_pk: int, after_seq: int) -> list[TurnView]:
+    rows = await conn.execute(UNINDEXED_TURNS, {"sid": session_pk, "after": after_seq})
+    return [turn_view(r) for r in rows]
+
+
+async def set_index_marks(
+    conn: AsyncConnection,
+    *,
+    session_pk: int,
+    episode_seq: int,
+    last_user_seq: int | None,
+    last_user_embedding: str | None,
+) -> None:
+    """Indexing closed episodes through ``episode_seq`` (and maybe embedded a user turn)."""
+    await conn.execute(
+        SET_SESSION_INDEX,
+        {
+            "sid": session_pk,
+            "episode_seq": episode_seq,
+            "last_user_seq": last_user_seq,
+            "last_user_embedding": last_user_embedding,
+        },
+    )
+
+
+async def promote_head(conn: AsyncConnection, *, session_pk: int | None) -> PromoteHead | None:
+    row = (await conn.execute(PROMOTE_HEAD, {"sid": session_pk})).first()
+    if row is None:
+        return None
+    return PromoteHead(
+        tenant_id=row.tenant_id,
+        external_id=row.external_id,
+        user_id=row.user_id,
+        promoted_seq=row.promoted_seq,
+        state=json_value(row.state),
+    )
+
+
+async def set_promoted(conn: AsyncConnection, *, session_pk: int | None, seq: int) -> None:
+    await conn.execute(SET_PROMOTED, {"sid": session_pk, "seq": seq})
+
+
+async def forget_turn_embeddings(conn: AsyncConnection) -> None:
+    """Drop every session's embedded user turn (another model made it)."""
+    await conn.execute(FORGET_TURN_EMBEDDINGS)
+
+
+async def last_user_embedding(db: asyncpg.Connection, *, session_pk: int) -> Any:
+    """The newest user turn's vector as the driver returns it (None if never embedded)."""
+    return await db.fetchval(LAST_USER_EMBEDDING, session_pk)
+
+
+# ----------------------------------------------------------------- the API's reads
 
 # session_summary: the session with its counters, state version and pending jobs.
 SESSION_SUMMARY = text("""
@@ -45,6 +415,49 @@ DELETE_SESSION = text("""
 """)
 
 
+@dataclass(frozen=True)
+class SessionSummary:
+    session_id: str
+    user_id: str
+    created_at: datetime
+    turn_count: int
+    history_tokens: int
+    state_version: int
+    pending_jobs: int
+    last_compression_at: datetime | None
+    compressions: int
+
+
+@dataclass(frozen=True)
+class StoredState:
+    version: int
+    state: dict[str, Any]
+    updated_at: datetime | None
+    rendered: str
+
+
+@dataclass(frozen=True)
+class StoredTurn:
+    id: str
+    seq: int
+    role: str
+    content: str | None
+    name: str | None
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+    tokens: int
+    emphasized: bool
+    metadata: dict[str, Any]
+    created_at: datetime
+    compacted: bool
+
+
+@dataclass(frozen=True)
+class TurnPage:
+    turns: list[StoredTurn]
+    next_after_seq: int | None
+
+
 async def session_pk(conn: AsyncConnection, *, tenant: str, session: str) -> int:
     pk = (await conn.execute(SESSION_PK, {"tenant": tenant, "session": session})).scalar()
     if pk is None:
@@ -52,11 +465,11 @@ async def session_pk(conn: AsyncConnection, *, tenant: str, session: str) -> int
     return int(pk)
 
 
-async def get_session(conn: AsyncConnection, *, tenant: str, session: str) -> SessionOut:
+async def get_session(conn: AsyncConnection, *, tenant: str, session: str) -> SessionSummary:
     row = (await conn.execute(SESSION_SUMMARY, {"tenant": tenant, "session": session})).first()
     if row is None:
         raise NotFound(f"session {session!r} not found")
-    return SessionOut(
+    return SessionSummary(
         session_id=row.external_id,
         user_id=row.user_external,
         created_at=row.created_at,
@@ -69,12 +482,12 @@ async def get_session(conn: AsyncConnection, *, tenant: str, session: str) -> Se
     )
 
 
-async def get_state(conn: AsyncConnection, *, tenant: str, session: str) -> StateOut:
+async def get_state(conn: AsyncConnection, *, tenant: str, session: str) -> StoredState:
     sid = await session_pk(conn, tenant=tenant, session=session)
     row = (await conn.execute(STATE, {"sid": sid})).first()
     if row is None:
-        return StateOut(version=0, state={}, updated_at=None, rendered="")
-    return StateOut(
+        return StoredState(version=0, state={}, updated_at=None, rendered="")
+    return StoredState(
         version=row.version,
         state=json_value(row.state),
         updated_at=row.updated_at,
@@ -84,7 +497,7 @@ async def get_state(conn: AsyncConnection, *, tenant: str, session: str) -> Stat
 
 async def list_turns(
     conn: AsyncConnection, *, tenant: str, session: str, after_seq: int, limit: int
-) -> TurnsPage:
+) -> TurnPage:
     sid = await session_pk(conn, tenant=tenant, session=session)
     rows = (
         await conn.execute(TURNS_PAGE, {"sid": sid, "after_seq": after_seq, "limit": limit + 1})
@@ -92,7 +505,7 @@ async def list_turns(
     more = len(rows) > limit
     rows = rows[:limit]
     turns = [
-        TurnOut(
+        StoredTurn(
             id=r.external_id,
             seq=r.seq,
             role=r.role,
@@ -108,7 +521,7 @@ async def list_turns(
         )
         for r in rows
     ]
-    return TurnsPage(turns=turns, next_after_seq=turns[-1].seq if more and turns else None)
+    return TurnPage(turns=turns, next_after_seq=turns[-1].seq if more and turns else None)
 
 
 async def delete_session(conn: AsyncConnection, *, tenant: str, session: str) -> None:

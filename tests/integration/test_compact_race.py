@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.routes import compression as route
 from app.main import create_app
+from app.stores import queue
 from tests.conftest import make_settings
 
 SMALL_WINDOW = {
@@ -62,7 +62,7 @@ async def test_compact_when_the_queued_job_is_claimed_under_its_feet(
     for i in range(3):
         assert (await _post(client, "s", i)).status_code == 201
     first = (await client.post("/v1/sessions/s/compact")).json()["job_id"]
-    real = route.queue.enqueue
+    real = queue.enqueue
     claimed: list[int] = []
 
     async def enqueue_then_lose_the_race(*args: Any, **kwargs: Any) -> int | None:
@@ -71,7 +71,7 @@ async def test_compact_when_the_queued_job_is_claimed_under_its_feet(
             claimed.extend(await _claim_queued(engine))  # a worker was faster
         return job_id
 
-    monkeypatch.setattr(route.queue, "enqueue", enqueue_then_lose_the_race)
+    monkeypatch.setattr(queue, "enqueue", enqueue_then_lose_the_race)
     r = await client.post("/v1/sessions/s/compact")
     assert r.status_code == 202, r.text
     assert claimed == [first]

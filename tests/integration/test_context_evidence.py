@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.memories.bm25 import index_terms, search_terms
 from app.stores import memories as repo
+from app.stores import sessions
 from tests.integration.test_memories import drain
 
 
@@ -129,7 +130,7 @@ async def test_lexical_leg_is_bm25_with_stemming(engine: AsyncEngine) -> None:
         "other": "Nothing relevant here at all.",
     }
     async with engine.begin() as conn:
-        user_pk = await repo.ensure_user(conn, tenant="default", user="bm")
+        user_pk = await sessions.ensure_user(conn, tenant="default", user="bm")
         ids = {}
         for name, body in texts.items():
             ids[

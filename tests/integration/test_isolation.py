@@ -121,6 +121,7 @@ async def _check_isolation(db_url: str, plan: list, query: list[str]) -> None:
     from app.main import create_app
     from app.memories.bm25 import index_terms, search_terms
     from app.stores import memories as repo
+    from app.stores import sessions
     from app.stores.engine import make_engine
     from tests.conftest import make_settings
 
@@ -179,7 +180,7 @@ async def _check_isolation(db_url: str, plan: list, query: list[str]) -> None:
                             assert m["text"].startswith(f"[{tenant}/{user}/{run}]"), m["text"]
                         # Each leg on its own, by the user's key.
                         async with engine.connect() as conn:
-                            pk = await repo.user_pk(
+                            pk = await sessions.user_pk(
                                 conn, tenant=f"t{tenant}", user=f"u{user}-{run}"
                             )
                             assert pk is not None

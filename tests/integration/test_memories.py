@@ -171,12 +171,13 @@ async def test_heavy_users_search_through_hnsw_and_always_get_k(
 
     from app.memories.vectors import l2_normalize
     from app.stores import memories as memory_repo
+    from app.stores import sessions
 
     monkeypatch.setattr(memory_repo, "EXACT_SCAN_MAX", 20)
     rng = random.Random(7)
     async with engine.begin() as conn:
         users = [
-            await memory_repo.ensure_user(conn, tenant="default", user=f"u{i}") for i in range(30)
+            await sessions.ensure_user(conn, tenant="default", user=f"u{i}") for i in range(30)
         ]
         for user_pk in users:
             for j in range(40):

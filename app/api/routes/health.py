@@ -7,16 +7,15 @@ import logging
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from app.api.deps import EngineDep
-from app.core.metrics import Metrics, refresh_queue_gauges
+from app.core.metrics import Metrics, set_queue_gauges
+from app.stores import queue
+from app.stores.migrate import schema_version
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["operations"])
-
-VERSION = text("SELECT version_num FROM alembic_version")
 
 
 @router.get("/healthz")
@@ -30,8 +29,7 @@ async def readyz(request: Request, engine: EngineDep) -> JSONResponse:
     """The database answers and its schema is at the migration head."""
     expected = request.app.state.head_revision
     try:
-        async with engine.connect() as conn:
-            current = (await conn.execute(VERSION)).scalar()
+        current = await schema_version(engine)
     except Exception as exc:  # any failure to reach the database means "not ready"
         return _not_ready(f"database unavailable: {type(exc).__name__}")
     if current != expected:
@@ -58,7 +56,9 @@ async def metrics(request: Request, engine: EngineDep) -> Response:
     """Prometheus text format. Queue gauges are read from the database at scrape time."""
     registry: Metrics = request.app.state.metrics
     try:
-        await refresh_queue_gauges(registry, engine)
+        async with engine.connect() as conn:
+            stats = await queue.queue_stats(conn)
+        set_queue_gauges(registry, [(s.status, s.n, s.age_s) for s in stats])
     except (OSError, DBAPIError) as exc:  # the process metrics are still worth serving
         log.warning("queue gauges not refreshed: %s", exc)
     return Response(generate_latest(registry.registry), media_type=CONTENT_TYPE_LATEST)

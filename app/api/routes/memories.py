@@ -22,6 +22,7 @@ from app.compression.untrusted import one_line
 from app.core.errors import NotFound
 from app.services.memories import add_memory, hybrid_search
 from app.stores import memories as repo
+from app.stores import sessions
 from app.stores.memories import MemoryRow
 
 router = APIRouter(
@@ -81,7 +82,7 @@ async def list_memories(
     kind: MemoryKind | None = None,
 ) -> MemoriesOut:
     """The user's live memories; with ``query``, the best matches (vector + lexical)."""
-    user_pk = await repo.user_pk(conn, tenant=tenant, user=user_id)
+    user_pk = await sessions.user_pk(conn, tenant=tenant, user=user_id)
     if user_pk is None:
         raise NotFound(f"user {user_id!r} not found")
     if query and query.strip():
@@ -103,7 +104,7 @@ async def delete_memory(
     user_id: UserIdPath, memory_id: MemoryIdPath, engine: EngineDep, tenant: TenantDep
 ) -> Response:
     async with engine.begin() as conn:
-        user_pk = await repo.user_pk(conn, tenant=tenant, user=user_id)
+        user_pk = await sessions.user_pk(conn, tenant=tenant, user=user_id)
         if user_pk is None or not await repo.delete_memory(
             conn, user_pk=user_pk, memory_id=memory_id
         ):
@@ -117,6 +118,6 @@ async def erase_user(
 ) -> Response:
     """Erase the user: sessions, turns, states, events, memories and their jobs."""
     async with engine.begin() as conn:
-        if not await repo.delete_user(conn, tenant=tenant, user=user_id):
+        if not await sessions.delete_user(conn, tenant=tenant, user=user_id):
             raise NotFound(f"user {user_id!r} not found")
     return Response(status_code=204)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Query, Request, Response
@@ -19,6 +20,7 @@ from app.api.deps import (
 from app.api.problems import COMMON_PROBLEMS, documented
 from app.api.schemas import (
     ContextOut,
+    MessageIn,
     QueryText,
     SessionOut,
     StateOut,
@@ -28,6 +30,7 @@ from app.api.schemas import (
 )
 from app.api.validate import Limits, check_messages
 from app.core.tokens import count_message_tokens
+from app.core.turns import PreparedTurn
 from app.services import ingest
 from app.services.context import MemoryOptions, build_context
 from app.stores import sessions as repo
@@ -40,6 +43,37 @@ router = APIRouter(
 
 # Counting tokens of a big batch is CPU work; off the event loop past this size.
 THREAD_COUNT_THRESHOLD = 32
+
+
+def prepare(
+    messages: Sequence[MessageIn], count: Callable[[dict[str, Any]], int]
+) -> list[PreparedTurn]:
+    """The posted messages as the turns ingest stores, each with its token count."""
+    prepared = []
+    for m in messages:
+        calls = [c.model_dump(mode="json") for c in m.tool_calls] if m.tool_calls else None
+        as_message = {
+            "role": m.role,
+            "content": m.content,
+            "name": m.name,
+            "tool_calls": calls,
+            "tool_call_id": m.tool_call_id,
+        }
+        prepared.append(
+            PreparedTurn(
+                client_id=m.id,
+                role=m.role,
+                content=m.content,
+                tool_calls=calls,
+                tool_call_id=m.tool_call_id,
+                name=m.name,
+                tokens=count(as_message),
+                emphasized=m.emphasized,
+                metadata=m.metadata,
+                created_at=m.created_at,
+            )
+        )
+    return prepared
 
 
 @router.post("/{session_id}/turns", status_code=201, response_model=TurnsOut)
@@ -59,9 +93,9 @@ async def post_turns(
         posted=[body.posted_index(i) for i in range(len(body.messages))],
     )
     if len(body.messages) > THREAD_COUNT_THRESHOLD:
-        turns = await anyio.to_thread.run_sync(ingest.prepare, body.messages, count_message_tokens)
+        turns = await anyio.to_thread.run_sync(prepare, body.messages, count_message_tokens)
     else:
-        turns = ingest.prepare(body.messages, count_message_tokens)
+        turns = prepare(body.messages, count_message_tokens)
     async with engine.begin() as conn:
         out = await ingest.ingest_turns(
             conn,
@@ -74,14 +108,15 @@ async def post_turns(
             index_delay_s=settings.index_delay_s,
         )
     metrics.turns_ingested.inc(sum(not t.duplicate for t in out.turns))
-    return out
+    return TurnsOut.model_validate(out, from_attributes=True)
 
 
 @router.get("/{session_id}", response_model=SessionOut)
 async def get_session(
     session_id: SessionIdPath, conn: ReadConnDep, tenant: TenantDep
 ) -> SessionOut:
-    return await repo.get_session(conn, tenant=tenant, session=session_id)
+    found = await repo.get_session(conn, tenant=tenant, session=session_id)
+    return SessionOut.model_validate(found, from_attributes=True)
 
 
 @router.get("/{session_id}/context", response_model=ContextOut)
@@ -131,12 +166,13 @@ async def get_context(
     metrics.history_tokens.observe(out.full_history_tokens)
     if out.memory_ids:
         metrics.memory_hits.inc(len(out.memory_ids))
-    return out
+    return ContextOut.model_validate(out, from_attributes=True)
 
 
 @router.get("/{session_id}/state", response_model=StateOut)
 async def get_state(session_id: SessionIdPath, conn: ReadConnDep, tenant: TenantDep) -> StateOut:
-    return await repo.get_state(conn, tenant=tenant, session=session_id)
+    found = await repo.get_state(conn, tenant=tenant, session=session_id)
+    return StateOut.model_validate(found, from_attributes=True)
 
 
 @router.get("/{session_id}/turns", response_model=TurnsPage)
@@ -147,9 +183,10 @@ async def list_turns(
     after_seq: SeqQuery = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> TurnsPage:
-    return await repo.list_turns(
+    page = await repo.list_turns(
         conn, tenant=tenant, session=session_id, after_seq=after_seq, limit=limit
     )
+    return TurnsPage.model_validate(page, from_attributes=True)
 
 
 @router.delete("/{session_id}", status_code=204)
