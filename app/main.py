@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 
@@ -100,3 +101,13 @@ def create_app(
     app.include_router(memories.router)
     openapi.install(app)
     return app
+
+
+def print_openapi() -> None:
+    """Print the document the server serves (for docs/openapi.json)."""
+    app = create_app(Settings(_env_file=None), database_url="postgresql+asyncpg://unused/x")  # type: ignore[call-arg]
+    print(json.dumps(app.openapi(), indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    print_openapi()

@@ -12,12 +12,11 @@
   package's static files, served here: no CDN, so they work air-gapped.
 
 ``docs/openapi.json`` is this document, committed; a test keeps it equal to the served
-one. Regenerate it with ``python -m app.api.openapi > docs/openapi.json``.
+one. Regenerate it with ``python -m app.main > docs/openapi.json``.
 """
 
 from __future__ import annotations
 
-import json
 from importlib.resources import files
 from typing import Any
 
@@ -233,16 +232,3 @@ def install(app: FastAPI) -> None:
             redoc_favicon_url=f"{ASSETS}/favicon.png",
             with_google_fonts=False,
         )
-
-
-def main() -> None:
-    """Print the document the server serves (for docs/openapi.json)."""
-    from app.core.config import Settings
-    from app.main import create_app
-
-    app = create_app(Settings(_env_file=None), database_url="postgresql+asyncpg://unused/x")  # type: ignore[call-arg]
-    print(json.dumps(app.openapi(), indent=2, ensure_ascii=False))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,8 @@
 """A small client for OpenAI-compatible chat completions (OpenAI, vLLM, Ollama, llama.cpp).
 
 The HTTP client is passed in, so tests point it at a local scripted server and the
-app shares one connection pool. Transport failures are translated here, once:
+app shares one connection pool. Transport failures are translated here, once, into
+the errors of ``app/core/llm.py``:
 
 LLMError
 ├── LLMUnavailable   connect error, timeout, HTTP 5xx or 429: worth retrying later
@@ -23,22 +24,9 @@ from typing import Any, Literal
 import httpx
 
 from app.core.config import Settings
+from app.core.llm import LLMBadResponse, LLMError, LLMUnavailable
 
 _BODY_SNIPPET = 200
-
-
-class LLMError(Exception):
-    """Root of the LLM client errors; ``str(err)`` is a short, loggable reason."""
-
-
-class LLMUnavailable(LLMError):
-    def __init__(self, reason: str, *, retry_after_s: float | None = None) -> None:
-        super().__init__(reason)
-        self.retry_after_s = retry_after_s
-
-
-class LLMBadResponse(LLMError):
-    pass
 
 
 @dataclass

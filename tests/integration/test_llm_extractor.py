@@ -15,8 +15,9 @@ from app.compression.extract.fallback import ExtractionResult, extract_with_fall
 from app.compression.extract.llm import LLMExtractor
 from app.compression.extract.rules import RuleExtractor
 from app.compression.state import ConstraintUnit, Goal, TaskState, Unit, units_json_schema
+from app.core.llm import LLMBadResponse, LLMUnavailable
 from app.core.turns import TurnView
-from app.providers.llm import ChatClient, LLMBadResponse, LLMUnavailable
+from app.providers.llm import ChatClient
 from tests.fakes.openai_server import (
     Reply,
     ScriptedLLM,

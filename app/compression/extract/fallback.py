@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 from app.compression.extract.base import Extractor
 from app.compression.state import TaskState, Unit, admit_units
+from app.core.llm import LLMError
 from app.core.turns import TurnView
-from app.providers.llm import LLMError
 
 log = logging.getLogger(__name__)
 

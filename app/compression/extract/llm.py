@@ -10,7 +10,7 @@ the reason; an unavailable model is retried with backoff. When both run out,
 mistaking an outage for "nothing to extract".
 
 Prompt building and reply validation are pure functions; only
-``LLMExtractor`` does I/O, through the ``ChatClient`` it is given.
+``LLMExtractor`` does I/O, through the chat client it is given (``core/llm.Chat``).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from app.compression.state import Goal, Parameter, TaskState, Unit, parse_units,
 from app.compression.text import clip, param_key, text_key
 from app.compression.untrusted import one_line
 from app.core.limits import NAME_CHARS
+from app.core.llm import Chat, LLMBadResponse, LLMUnavailable
 from app.core.retry import GiveUp, decide_retry
 from app.core.turns import TurnView
-from app.providers.llm import ChatClient, LLMBadResponse, LLMUnavailable
 
 TOOL_RESULT_CHARS = 1500
 MESSAGE_CHARS = 4000
@@ -396,7 +396,7 @@ class LLMExtractor:
 
     def __init__(
         self,
-        client: ChatClient,
+        client: Chat,
         *,
         max_retries: int = 2,
         backoff_s: float = 0.5,
