@@ -1,4 +1,8 @@
-"""The job kinds the worker knows, by name, wired to their dependencies."""
+"""Wiring: the job handlers by kind, the worker and the embedder, built from settings.
+
+The app factory (``app/main.py``) and the CLI get their worker and embedder here;
+the handlers and services below take what they need as arguments.
+"""
 
 from __future__ import annotations
 
