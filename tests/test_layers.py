@@ -74,3 +74,57 @@ def test_the_sql_check_sees_sql(tmp_path: Path) -> None:
     )
     hits = sorted(hit.split(" ", 1)[1] for hit in sql_in(sample))
     assert hits == [".fetchval()", "SQL text", "SQL text", "imports sqlalchemy.text"]
+
+
+# One owner per table: every statement that writes a table is in its owner's module.
+OWNERS = {
+    "users": "stores/sessions.py",
+    "sessions": "stores/sessions.py",
+    "turns": "stores/sessions.py",
+    "task_states": "stores/compression.py",
+    "compression_events": "stores/compression.py",
+    "memories": "stores/memories.py",
+    "memory_terms": "stores/memories.py",
+    "jobs": "stores/queue.py",
+    "api_keys": "stores/api_keys.py",
+}
+WRITE = re.compile(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+([a-z_]+)\b(?=[\s(])")
+
+
+def writes_in(path: Path) -> set[str]:
+    """The tables that SQL text in ``path`` writes."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return {
+        table
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        for table in WRITE.findall(node.value)
+    }
+
+
+def test_every_table_has_one_owner() -> None:
+    from app.stores.tables import metadata
+
+    assert set(OWNERS) == set(metadata.tables), (
+        "a table without an owner (or an owner of no table): name its store in OWNERS"
+        " (docs/decisions/0005-layers-and-sql-ownership.md)"
+    )
+    writers: dict[str, set[str]] = {}
+    for path in (APP / "stores").rglob("*.py"):
+        for table in writes_in(path):
+            writers.setdefault(table, set()).add(str(path.relative_to(APP)))
+    assert set(writers) <= set(OWNERS), f"writes to unknown tables: {writers}"
+    strays = {t: w for t, w in writers.items() if w != {OWNERS[t]}}
+    assert strays == {}, f"tables written outside their owner: {strays}"
+
+
+def test_the_owner_check_sees_writes(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        'A = "INSERT INTO jobs (id) VALUES (1)"\n'
+        'B = """UPDATE sessions s SET x = 1"""\n'
+        'C = "DELETE FROM memories WHERE id = 1"\n'
+        'D = "SELECT 1 FROM turns"\n'
+        'E = "we update sessions when asked"\n'
+    )
+    assert writes_in(sample) == {"jobs", "sessions", "memories"}
