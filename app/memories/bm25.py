@@ -1,7 +1,7 @@
 """Terms for the BM25 leg of memory search: stemmed English, repeats kept.
 
 ``memories.terms`` holds these (GIN indexed): every occurrence of every term,
-so the SQL in ``repo.LEXICAL`` can compute BM25's term frequency (occurrences
+so the SQL in ``stores/memories.LEXICAL`` can compute BM25's term frequency (occurrences
 of the term in the row), document length (``cardinality(terms)``) and document
 frequency. Terms come from ``lexical.lexical_terms`` (CJK bigrams, identifiers
 whole and split, English stop words out); plain English words are then stemmed

@@ -1,4 +1,4 @@
-"""Long-term memory operations over the repository: add, search, and the retrieval
+"""Long-term memory operations over the memories store: add, search, and the retrieval
 that feeds /context. Embedding never happens here on a write (the worker does it);
 a search embeds at most its query."""
 

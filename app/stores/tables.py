@@ -267,7 +267,7 @@ memories = Table(
     ),
 )
 
-# BM25 postings of the memories (app/memories/bm25.py, repo.LEXICAL): read by
+# BM25 postings of the memories (app/memories/bm25.py, stores/memories.LEXICAL): read by
 # (user_id, term), deleted with their memory.
 memory_terms = Table(
     "memory_terms",
