@@ -1,6 +1,7 @@
 """Rules, their comments and the unit tests use phrasing of their own.
 
-No sentence of the benchmark sessions (bench/sessions.py) or of the corpora in
+No sentence of the benchmark sessions (the scenario files bench/scenarios/*.json,
+which bench/sessions.py plays) or of the corpora in
 ../shared/data appears verbatim in app/ or tests/unit/: a rule written for a
 corpus sentence, or a unit test that is that sentence, would make the suite and
 the published figures share one source. "Sentence" here: at least 6 words, or at
@@ -14,6 +15,8 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+
+from bench.scenarios import data_files
 
 ROOT = Path(__file__).resolve().parents[1]
 # ../shared/data from the repository (also from a worktree nested further down).
@@ -64,11 +67,16 @@ def strings_of_json(value: object) -> Iterator[str]:
             yield from strings_of_json(v)
 
 
+def bench_texts() -> Iterator[tuple[str, str]]:
+    """(where, text) for every string of the benchmark sessions' scenario files."""
+    for path in data_files():
+        for s in strings_of_json(json.loads(path.read_text(encoding="utf-8"))):
+            yield f"bench/scenarios/{path.name}", s
+
+
 def source_texts() -> Iterator[tuple[str, str]]:
     """(where, text) for every string of the benchmark sessions and the corpora."""
-    bench = ROOT / "bench" / "sessions.py"
-    for s in strings_of_python(bench):
-        yield "bench/sessions.py", s
+    yield from bench_texts()
     for corpus in CORPORA:
         folder = SHARED_DATA / corpus
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -137,17 +145,15 @@ def test_no_corpus_sentence_in_rules_comments_or_unit_tests() -> None:
     found = copied(target_files(), with_source=False)
     known = {f"{path}: {sentence!r}" for path, sentence in KNOWN}
     assert sorted(set(found) - known) == []
-    if SHARED_DATA.is_dir():  # without the corpora, only bench/sessions.py is checked
+    if SHARED_DATA.is_dir():  # without the corpora, only the scenario files are checked
         assert sorted(known - set(found)) == [], "rephrased: remove it from KNOWN"
 
 
 def test_the_check_finds_a_copied_sentence(tmp_path: Path) -> None:
-    """The check itself: a sentence of bench/sessions.py planted in a file is found."""
+    """The check itself: a sentence of a scenario file planted in a file is found."""
+    assert data_files(), "the scenario files are where bench/scenarios/__init__.py says"
     sentence = next(
-        s
-        for text in strings_of_python(ROOT / "bench" / "sessions.py")
-        for s in sentences(text)
-        if len(words(s)) >= MIN_WORDS
+        s for _, text in bench_texts() for s in sentences(text) if len(words(s)) >= MIN_WORDS
     )
     planted = tmp_path / "rule.py"
     planted.write_text(f"# {sentence.upper()}\nX = 1\n")

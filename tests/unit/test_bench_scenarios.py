@@ -1,0 +1,69 @@
+"""The scenario files' loader and value specs: a spec draws from the RNG exactly as the
+Python expression it stands for, and a malformed file is refused when it loads."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from bench.scenarios import Scenario, common, scenarios
+from bench.scenarios.values import evaluate, resolve
+
+
+def _rng() -> random.Random:
+    return random.Random("spec-test")
+
+
+SPECS: list[tuple[Any, Any]] = [
+    ({"$randint": [3, 9]}, lambda r, i: r.randint(3, 9)),
+    ({"$round": [{"$uniform": [0.5, 2.5]}, 2]}, lambda r, i: round(r.uniform(0.5, 2.5), 2)),
+    ({"$choice": ["north", "south", "west"]}, lambda r, i: r.choice(["north", "south", "west"])),
+    ({"$sample": [["a", "b", "c", "d"], 2]}, lambda r, i: r.sample(["a", "b", "c", "d"], 2)),
+    ({"$chance": 0.3}, lambda r, i: r.random() < 0.3),
+    ({"$either": [0.4, "yes", "no"]}, lambda r, i: "yes" if r.random() < 0.4 else "no"),
+    ({"$randbits": 20}, lambda r, i: r.getrandbits(20)),
+    ({"$repeat": ["ab ", {"$randint": [1, 4]}]}, lambda r, i: "ab " * r.randint(1, 4)),
+    (
+        {"$list": [{"$randint": [1, 3]}, {"$format": ["n{:03d}", {"$randint": [0, 99]}]}]},
+        lambda r, i: [f"n{r.randint(0, 99):03d}" for _ in range(r.randint(1, 3))],
+    ),
+    ({"$i": {"mul": -2, "add": 10, "mod": 4}}, lambda r, i: 10 - 2 * (i % 4)),
+    (
+        {"k": {"$randint": [0, 5]}, "n": [1, {"$chance": 0.5}], "x": 2.0, "s": "plain"},
+        lambda r, i: {"k": r.randint(0, 5), "n": [1, r.random() < 0.5], "x": 2.0, "s": "plain"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "python"), SPECS)
+def test_a_spec_draws_like_its_python_expression(spec: Any, python: Any) -> None:
+    a, b = _rng(), _rng()
+    for i in range(6):
+        assert evaluate(spec, a, i) == python(b, i)
+    assert a.random() == b.random(), "the two RNGs are in the same state afterwards"
+
+
+def test_refs_are_replaced_and_unknown_operators_refused() -> None:
+    fragments = {"tail": {"$format": ["#{}", {"$randint": [1, 2]}]}}
+    assert resolve({"a": [{"$ref": "tail"}]}, fragments) == {"a": [fragments["tail"]]}
+    with pytest.raises(ValueError, match=r"\$rand"):
+        resolve({"a": {"$rand": [1, 2]}}, fragments)
+    with pytest.raises(KeyError):
+        resolve({"$ref": "missing"}, fragments)
+
+
+def test_the_files_load_in_the_order_common_names() -> None:
+    loaded = scenarios()
+    assert [s.key for s in loaded] == list(common().scenarios)
+    assert len(loaded) >= 2 and all(s.acts and s.lookups and s.qa for s in loaded)
+
+
+def test_a_misspelt_field_is_refused() -> None:
+    raw = scenarios()[0].model_dump()
+    assert Scenario.model_validate(raw) == scenarios()[0]
+    raw["lookup"] = raw.pop("lookups")
+    with pytest.raises(ValidationError, match="lookup"):
+        Scenario.model_validate(raw)
