@@ -26,7 +26,7 @@ import httpx
 from app.context.pack import RecentTurn, as_text, pack
 from app.core.tokens import count_tokens
 from bench._service import REPO_ROOT, running_service
-from bench.recall import wait_idle
+from bench.recall.driver import wait_idle
 
 WAIT_TIMEOUT_S = 120.0
 KEEP = ("role", "content", "tool_calls", "tool_call_id", "name", "id")

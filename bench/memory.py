@@ -53,7 +53,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -835,20 +835,9 @@ def parse(argv: Sequence[str] | None = None) -> tuple[Params, Path]:
     a = ap.parse_args(argv)
     if a.scale:
         a.users, a.per_user, a.dim = 10_000, 100, 384
-    heavy = a.heavy if a.heavy is not None else max(3, a.users // 1000)
-    return Params(
-        users=a.users,
-        per_user=a.per_user,
-        dim=a.dim,
-        k=a.k,
-        queries=a.queries,
-        heavy=heavy,
-        seed=a.seed,
-        storage=a.storage,
-        scale=a.scale,
-        maintenance_work_mem=a.maintenance_work_mem,
-        topics=a.topics,
-    ), a.out
+    a.heavy = a.heavy if a.heavy is not None else max(3, a.users // 1000)
+    given = {f.name for f in fields(Params)} & vars(a).keys()
+    return Params(**{name: getattr(a, name) for name in given}), a.out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from bench.recall.rendered import DONE, FAILED, PENDING
 from bench.scenarios import (
     Act,
     Answered,
@@ -194,9 +195,6 @@ class _Builder:
 
 
 Beat = Callable[[_Builder], None]
-_MARK_DONE = ("Done ", "已完成 ")
-_MARK_FAILED = ("Failed ", "失败 ")
-_MARK_PENDING = ("Pending: ", "待确认：")
 
 
 def _constraint_beat(constraint: Constraint) -> Beat:
@@ -268,7 +266,7 @@ def _act_beat(act: Act, i: int) -> Beat:
         res = b.result(cid, payload)
         b.add("assistant", _SAY.done_say[b.lang].format(tool=act.tool, id=ident))
         text = f"{act.tool}({json.dumps(args, ensure_ascii=False)}) → {act.id_key}={ident}"
-        b.plant("action_done", text, [call, res], phrases=(act.tool, ident), markers=_MARK_DONE)
+        b.plant("action_done", text, [call, res], phrases=(act.tool, ident), markers=DONE)
         del ask
 
     return beat
@@ -286,14 +284,14 @@ def _fail_beat(fail: Fail) -> Beat:
             text,
             [call, res],
             phrases=(fail.tool, fail.error_phrase),
-            markers=_MARK_FAILED,
+            markers=FAILED,
         )
         cid, call = b.call(fail.tool, fail.good_args)
         ident = b.new_id(fail.id_prefix)
         res = b.result(cid, {fail.id_key: ident, "status": "ok", "details": _details(b.rng)})
         b.add("assistant", _SAY.done_say[b.lang].format(tool=fail.tool, id=ident))
         text = f"{fail.tool}({json.dumps(fail.good_args)}) → {fail.id_key}={ident}"
-        b.plant("action_done", text, [call, res], phrases=(fail.tool, ident), markers=_MARK_DONE)
+        b.plant("action_done", text, [call, res], phrases=(fail.tool, ident), markers=DONE)
 
     return beat
 
@@ -308,7 +306,7 @@ def _flaky_beat(flaky: Flaky) -> Beat:
         res = b.result(cid, {flaky.id_key: ident, "status": "ok", "details": _details(b.rng)})
         b.add("assistant", _SAY.done_say[b.lang].format(tool=flaky.tool, id=ident))
         text = f"{flaky.tool}({json.dumps(flaky.args)}) failed once, then → {ident}"
-        b.plant("action_done", text, [call, res], phrases=(flaky.tool, ident), markers=_MARK_DONE)
+        b.plant("action_done", text, [call, res], phrases=(flaky.tool, ident), markers=DONE)
         del first
 
     return beat
@@ -324,7 +322,7 @@ def _pending_beat(item: Pending) -> Beat:
             question,
             [mid, reply],
             phrases=(b.pick(item.phrase).rstrip("?？"),),
-            markers=_MARK_PENDING,
+            markers=PENDING,
         )
 
     return beat
@@ -341,7 +339,7 @@ def _answered_beat(item: Answered) -> Beat:
             question,
             [mid, answer],
             phrases=(b.pick(item.phrase),),
-            markers=_MARK_PENDING,
+            markers=PENDING,
         )
 
     return beat

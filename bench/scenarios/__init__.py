@@ -28,6 +28,7 @@ from bench.scenarios.values import Spec, resolve
 Language = Literal["en", "zh"]
 Text = dict[Language, str]  # one text in both languages
 Texts = dict[Language, tuple[str, ...]]
+Args = dict[str, Any]  # a tool call's arguments, or a JSON result, as is
 
 FOLDER = Path(__file__).resolve().parent
 
@@ -72,11 +73,11 @@ class Fail(_Data):
 
     ask: Text
     tool: str
-    bad_args: dict[str, Any]
-    error: dict[str, Any] | str
+    bad_args: Args
+    error: Args | str
     error_phrase: str  # what the Failed line must show
     explain: Text  # the assistant's note before the retry
-    good_args: dict[str, Any]
+    good_args: Args
     id_key: str
     id_prefix: str
 
@@ -86,8 +87,8 @@ class Flaky(_Data):
 
     ask: Text
     tool: str
-    args: dict[str, Any]
-    error: dict[str, Any]
+    args: Args
+    error: Args
     id_key: str
     id_prefix: str
 
