@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from app.stores.embedded import throwaway_data_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -169,21 +169,6 @@ class Service:
             return "(no log)"
 
 
-def _stop_embedded_postgres(data_dir: Path, timeout_s: float = 15.0) -> None:
-    """A postmaster left behind (server killed before its atexit ran): fast shutdown."""
-    pidfile = data_dir / "pg" / "postmaster.pid"
-    try:
-        pid = int(pidfile.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGINT)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            os.kill(pid, 0)
-            time.sleep(0.1)
-
-
 @contextlib.contextmanager
 def running_service(
     *,
@@ -193,21 +178,17 @@ def running_service(
     keep_data: bool = False,
 ) -> Iterator[Service]:
     """A started service; stopped (and its temporary data removed) on exit."""
-    data_dir = Path(tempfile.mkdtemp(prefix="mnemo-bench-"))
-    service = Service(
-        data_dir=data_dir,
-        database_url=database_url,
-        extra_env=dict(extra_env or {}),
-        ready_timeout_s=ready_timeout_s,
-    )
-    try:
-        service.start()
-        yield service
-    finally:
-        service.stop()
-        if database_url is None:
-            _stop_embedded_postgres(data_dir)
-        if keep_data:
-            print(f"kept {data_dir}", file=sys.stderr)
-        else:
-            shutil.rmtree(data_dir, ignore_errors=True)
+    with throwaway_data_dir("mnemo-bench-", keep=keep_data) as data_dir:
+        service = Service(
+            data_dir=data_dir,
+            database_url=database_url,
+            extra_env=dict(extra_env or {}),
+            ready_timeout_s=ready_timeout_s,
+        )
+        try:
+            service.start()
+            yield service
+        finally:
+            service.stop()  # then the data dir's Postgres, left running by design
+            if keep_data:
+                print(f"kept {data_dir}", file=sys.stderr)

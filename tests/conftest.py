@@ -4,15 +4,8 @@ database migrated once, and a fresh clone of it per test (CREATE DATABASE … TE
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import shutil
-import signal
-import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import asyncpg
 import httpx
@@ -21,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
 from app.main import create_app
-from app.stores.embedded import start_embedded
+from app.stores.embedded import throwaway_embedded
 from app.stores.engine import make_engine
 from app.stores.migrate import upgrade_to_head
 
@@ -71,21 +64,8 @@ def pg_url() -> Iterator[str]:
     Its folder is our own, not pytest's numbered tmp dirs, which a concurrent pytest
     run may prune while this one still uses them.
     """
-    folder = Path(tempfile.mkdtemp(prefix="mnemo-test-pg-"))
-    yield start_embedded(folder)
-    stop_postgres(folder / "pg")
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def stop_postgres(pgdata: Path) -> None:
-    pid_file = pgdata / "postmaster.pid"
-    if pid_file.exists():
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pid_file.read_text().split()[0]), signal.SIGINT)
-        for _ in range(100):
-            if not pid_file.exists():
-                break
-            time.sleep(0.05)
+    with throwaway_embedded("mnemo-test-pg-") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

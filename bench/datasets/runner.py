@@ -34,7 +34,8 @@ from typing import Any
 import httpx
 
 from app.core.tokens import count_tokens
-from bench._service import Service, _stop_embedded_postgres
+from app.stores.embedded import stop_embedded
+from bench._service import Service
 from bench.datasets import importer
 from bench.datasets.baselines import BM25, DenseIndex
 from bench.datasets.model import Dataset, Question, User
@@ -180,7 +181,7 @@ def service_for(args: Any) -> Iterator[str]:
     finally:
         service.stop()
         if args.database_url is None:
-            _stop_embedded_postgres(data_dir)
+            stop_embedded(data_dir)
         if ok and not args.keep_data:
             shutil.rmtree(data_dir, ignore_errors=True)
         elif not ok:

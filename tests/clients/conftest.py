@@ -5,13 +5,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Server, start_server, stop_embedded_postgres
+from app.stores.embedded import throwaway_data_dir
+from tests.e2e.conftest import Server, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
 # The Python client is its own distribution (clients/python); tests import it in place.
@@ -43,10 +43,9 @@ def build_typescript(source: Path, work: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    folder = Path(tempfile.mkdtemp(prefix="mnemo-clients-"))
-    running = start_server(folder, env={"MNEMO_EMBEDDER": "hash"})
-    try:
-        yield running
-    finally:
-        running.stop()
-        stop_embedded_postgres(folder)
+    with throwaway_data_dir("mnemo-clients-") as folder:
+        running = start_server(folder, env={"MNEMO_EMBEDDER": "hash"})
+        try:
+            yield running
+        finally:
+            running.stop()

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.stores.embedded import stop_embedded
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -78,18 +80,10 @@ def start_server(
     raise RuntimeError(f"mnemo serve not ready in {timeout_s}s:\n{log.read_text()}")
 
 
-def stop_embedded_postgres(data_dir: Path) -> None:
-    """A SIGKILLed Mnemo leaves its embedded Postgres running (by design); end it here."""
-    pid_file = data_dir / "pg" / "postmaster.pid"
-    if pid_file.exists():
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pid_file.read_text().split()[0]), signal.SIGINT)
-
-
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
-    stop_embedded_postgres(tmp_path)
+    stop_embedded(tmp_path)  # a SIGKILLed Mnemo leaves its Postgres running (by design)
 
 
 def create_key(data_dir: Path, tenant: str = "fuzz", scope: str = "admin") -> str:

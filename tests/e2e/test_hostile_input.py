@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, start_server, stop_embedded_postgres
+from app.stores.embedded import stop_embedded
+from tests.e2e.conftest import Server, start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +39,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield running
     finally:
         running.stop()
-        stop_embedded_postgres(data_dir)
+        stop_embedded(data_dir)
 
 
 class HealthPoller:
