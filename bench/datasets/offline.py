@@ -29,6 +29,7 @@ import numpy as np
 from app.memories.chunk import ChunkTurn, chunk_turns
 from app.memories.fuse import rrf
 from app.memories.lexical import idf, lexical_terms, overlap_score, query_terms
+from app.services.memories import CANDIDATES_PER_LIST
 from bench.datasets import locomo, longmemeval
 from bench.datasets.baselines import BM25
 from bench.datasets.model import Dataset, User
@@ -50,7 +51,7 @@ class Variant:
     # with the user's episode idf | bm25: Okapi BM25 over the episode text | none
     lexical: str = "overlap"
     vector: bool = True
-    candidates: int = 20
+    candidates: int = CANDIDATES_PER_LIST  # as the service
     lexical_weight: float = 1.0  # RRF weight of the lexical list (vector: 1)
     per_session_cap: int | None = None  # at most this many results from one session
     turn_docs: bool = False  # also index each raw turn as its own memory
