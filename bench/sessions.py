@@ -188,6 +188,25 @@ class _Builder:
         text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
         return self.add("tool", text, tool_call_id=cid)
 
+    def succeed(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        id_key: str,
+        id_prefix: str,
+        result: Callable[[], dict[str, Any]],
+        describe: Callable[[str], str],
+    ) -> None:
+        """A call whose result carries a new id, and the agent saying so: a planted
+        completed action. ``result`` draws the result's other fields after the id;
+        ``describe`` is the report text, given the id."""
+        cid, call = self.call(tool, args)
+        ident = self.new_id(id_prefix)
+        res = self.result(cid, {id_key: ident, **result(), "details": _details(self.rng)})
+        self.add("assistant", _SAY.done_say[self.lang].format(tool=tool, id=ident))
+        self.plant("action_done", describe(ident), [call, res], phrases=(tool, ident), markers=DONE)
+
     def new_id(self, prefix: str) -> str:
         if not prefix:  # airline record locators: six letters and digits
             return "".join(self.rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ23456789") for _ in range(6))
@@ -234,22 +253,15 @@ def _param_beats(param: Param, changes: int, rng: random.Random, lang: Language)
             b.add("assistant", b.rng.choice(_SAY.ack[b.lang]))
             if i == len(values) - 1:
                 first = said[-1]
-                b.plant(
-                    "parameter_current",
-                    text,
-                    [first],
-                    name=name,
-                    value=values[-1],
-                    old_values=tuple(values[:-1]),
-                )
-                b.plant(
-                    "parameter_superseded_marked",
-                    text,
-                    [first],
-                    name=name,
-                    value=values[-1],
-                    old_values=tuple(values[:-1]),
-                )
+                for kind in ("parameter_current", "parameter_superseded_marked"):
+                    b.plant(
+                        kind,
+                        text,
+                        [first],
+                        name=name,
+                        value=values[-1],
+                        old_values=tuple(values[:-1]),
+                    )
 
         return beat
 
@@ -258,16 +270,17 @@ def _param_beats(param: Param, changes: int, rng: random.Random, lang: Language)
 
 def _act_beat(act: Act, i: int) -> Beat:
     def beat(b: _Builder) -> None:
-        ask = b.add("user", b.pick(act.ask))
+        b.add("user", b.pick(act.ask))
         args = evaluate(act.args, b.rng, i)
-        cid, call = b.call(act.tool, args)
-        ident = b.new_id(act.id_prefix)
-        payload = {act.id_key: ident, **evaluate(act.result, b.rng), "details": _details(b.rng)}
-        res = b.result(cid, payload)
-        b.add("assistant", _SAY.done_say[b.lang].format(tool=act.tool, id=ident))
-        text = f"{act.tool}({json.dumps(args, ensure_ascii=False)}) → {act.id_key}={ident}"
-        b.plant("action_done", text, [call, res], phrases=(act.tool, ident), markers=DONE)
-        del ask
+        shown = json.dumps(args, ensure_ascii=False)
+        b.succeed(
+            act.tool,
+            args,
+            id_key=act.id_key,
+            id_prefix=act.id_prefix,
+            result=lambda: dict(evaluate(act.result, b.rng)),
+            describe=lambda ident: f"{act.tool}({shown}) → {act.id_key}={ident}",
+        )
 
     return beat
 
@@ -286,12 +299,16 @@ def _fail_beat(fail: Fail) -> Beat:
             phrases=(fail.tool, fail.error_phrase),
             markers=FAILED,
         )
-        cid, call = b.call(fail.tool, fail.good_args)
-        ident = b.new_id(fail.id_prefix)
-        res = b.result(cid, {fail.id_key: ident, "status": "ok", "details": _details(b.rng)})
-        b.add("assistant", _SAY.done_say[b.lang].format(tool=fail.tool, id=ident))
-        text = f"{fail.tool}({json.dumps(fail.good_args)}) → {fail.id_key}={ident}"
-        b.plant("action_done", text, [call, res], phrases=(fail.tool, ident), markers=DONE)
+        b.succeed(
+            fail.tool,
+            fail.good_args,
+            id_key=fail.id_key,
+            id_prefix=fail.id_prefix,
+            result=lambda: {"status": "ok"},
+            describe=lambda ident: (
+                f"{fail.tool}({json.dumps(fail.good_args)}) → {fail.id_key}={ident}"
+            ),
+        )
 
     return beat
 
@@ -299,15 +316,18 @@ def _fail_beat(fail: Fail) -> Beat:
 def _flaky_beat(flaky: Flaky) -> Beat:
     def beat(b: _Builder) -> None:
         b.add("user", b.pick(flaky.ask))
-        cid, first = b.call(flaky.tool, flaky.args)
+        cid, _ = b.call(flaky.tool, flaky.args)
         b.result(cid, flaky.error)
-        cid, call = b.call(flaky.tool, flaky.args)
-        ident = b.new_id(flaky.id_prefix)
-        res = b.result(cid, {flaky.id_key: ident, "status": "ok", "details": _details(b.rng)})
-        b.add("assistant", _SAY.done_say[b.lang].format(tool=flaky.tool, id=ident))
-        text = f"{flaky.tool}({json.dumps(flaky.args)}) failed once, then → {ident}"
-        b.plant("action_done", text, [call, res], phrases=(flaky.tool, ident), markers=DONE)
-        del first
+        b.succeed(
+            flaky.tool,
+            flaky.args,
+            id_key=flaky.id_key,
+            id_prefix=flaky.id_prefix,
+            result=lambda: {"status": "ok"},
+            describe=lambda ident: (
+                f"{flaky.tool}({json.dumps(flaky.args)}) failed once, then → {ident}"
+            ),
+        )
 
     return beat
 
