@@ -26,7 +26,7 @@ def prepare_database(settings: Settings) -> str:
     A configured database is migrated only by `mnemo migrate`, a separate deployment step.
     """
     url = resolve_database_url(settings)
-    if not settings.database_url:
+    if not settings.async_database_url:
         asyncio.run(_migrate(url))
     return url
 

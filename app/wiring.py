@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.compression.extract.isolated import IsolatedRuleExtractor, shared_processes
 from app.compression.extract.llm import LLMExtractor
-from app.core.config import Settings
+from app.core.config import Settings, reveal
 from app.core.metrics import Metrics
 from app.providers.embed import Embedder, build_embedder
 from app.providers.llm import chat_client_from_settings
@@ -86,7 +86,7 @@ def build_embedder_from_settings(settings: Settings, http: httpx.AsyncClient) ->
         settings.embedder,
         http=http,
         base_url=settings.embedding_base_url,
-        api_key=settings.embedding_api_key,
+        api_key=reveal(settings.embedding_api_key),
         model=settings.embedding_model,
         dim=EMBEDDING_DIM,
     )

@@ -248,7 +248,8 @@ _UNIT_ADAPTER: TypeAdapter[Unit] = TypeAdapter(Unit)
 
 def dump_units(units: list[Unit]) -> list[dict[str, Any]]:
     """JSON-ready units, e.g. for the compression event record."""
-    return _UNITS_ADAPTER.dump_python(units, mode="json")
+    dumped: list[dict[str, Any]] = _UNITS_ADAPTER.dump_python(units, mode="json")
+    return dumped
 
 
 # --------------------------------------------------------------------------- state

@@ -74,7 +74,8 @@ def _is_call(group: Sequence[RecentTurn]) -> bool:
 
 
 def _is_orphan(group: Sequence[RecentTurn]) -> bool:
-    return group[0].message["role"] == "tool"
+    role: str = group[0].message["role"]
+    return role == "tool"
 
 
 def pack(

@@ -10,15 +10,19 @@ import ipaddress
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EmbedderKind = Literal["use", "openai", "hash", "none"]
+# The levels both `logging` and uvicorn know; given in any case.
+LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MNEMO_", env_file=".env", extra="ignore")
 
     # Storage
-    database_url: str | None = Field(
+    database_url: SecretStr | None = Field(
         default=None,
         description="postgresql://… of a Postgres with pgvector. Unset: embedded Postgres.",
     )
@@ -89,19 +93,19 @@ class Settings(BaseSettings):
 
     # LLM extractor (OpenAI-compatible). Unset base URL: the rule extractor is used.
     llm_base_url: str | None = None
-    llm_api_key: str | None = None
+    llm_api_key: SecretStr | None = None
     llm_model: str = "gpt-4o-mini"
     llm_timeout_s: float = Field(default=30.0, gt=0)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
 
     # Long-term memory
-    embedder: str = Field(
+    embedder: EmbedderKind = Field(
         default="use",
         description="use (multilingual USE, offline) | openai (an /embeddings API at"
         " embedding_base_url, 512-d) | hash (lexical, tests) | none (no long-term memory)",
     )
     embedding_base_url: str | None = None
-    embedding_api_key: str | None = None
+    embedding_api_key: SecretStr | None = None
     embedding_model: str = "text-embedding-3-small"
     index_delay_s: float = Field(
         default=2.0,
@@ -128,7 +132,7 @@ class Settings(BaseSettings):
     restatement_threshold: float = Field(default=0.85, gt=0, le=1)
 
     # Logging
-    log_level: str = "INFO"
+    log_level: LogLevel = "INFO"
     log_json: bool = Field(default=True, description="One JSON object per log line.")
 
     @property
@@ -162,7 +166,14 @@ class Settings(BaseSettings):
 
     @property
     def async_database_url(self) -> str | None:
-        return to_asyncpg_url(self.database_url) if self.database_url else None
+        """The configured database (None: embedded), pinned to asyncpg."""
+        url = reveal(self.database_url)
+        return to_asyncpg_url(url) if url else None
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_case_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _check_budget(self) -> Settings:
@@ -173,6 +184,11 @@ class Settings(BaseSettings):
                 " + reserved_output_tokens"
             )
         return self
+
+
+def reveal(secret: SecretStr | None) -> str | None:
+    """A secret's value where it is handed to a driver or client (never logged)."""
+    return secret.get_secret_value() if secret is not None else None
 
 
 def to_asyncpg_url(url: str) -> str:

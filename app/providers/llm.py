@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import httpx
 
-from app.core.config import Settings
+from app.core.config import Settings, reveal
 from app.core.llm import LLMBadResponse, LLMError, LLMUnavailable
 
 _BODY_SNIPPET = 200
@@ -68,7 +68,9 @@ class ChatClient:
         self._response_format = response_format
         self.stats = stats if stats is not None else LLMStats()
 
-    async def complete_json(self, messages: list[dict[str, Any]], *, schema: dict | None) -> str:
+    async def complete_json(
+        self, messages: list[dict[str, Any]], *, schema: dict[str, Any] | None
+    ) -> str:
         """The assistant's reply (``choices[0].message.content``) to ``messages``.
 
         ``schema`` is sent as a ``json_schema`` response format when the client was
@@ -96,7 +98,7 @@ class ChatClient:
             if self._observe is not None:
                 self._observe(outcome, elapsed)
 
-    def _format(self, schema: dict | None) -> dict[str, Any]:
+    def _format(self, schema: dict[str, Any] | None) -> dict[str, Any]:
         if self._response_format == "json_schema" and schema is not None:
             return {
                 "type": "json_schema",
@@ -163,7 +165,7 @@ def chat_client_from_settings(
     return ChatClient(
         http,
         base_url=settings.llm_base_url,
-        api_key=settings.llm_api_key,
+        api_key=reveal(settings.llm_api_key),
         model=settings.llm_model,
         timeout_s=settings.llm_timeout_s,
         observe=observe,

@@ -104,7 +104,8 @@ class _Turn:
     def density(self) -> float:
         """Evidence per token: value, discounted for length (a long turn must be worth
         more than the several short ones it would displace)."""
-        return self.value / max(self.tokens, DENSITY_FLOOR_TOKENS) ** DENSITY_EXPONENT
+        density: float = self.value / max(self.tokens, DENSITY_FLOOR_TOKENS) ** DENSITY_EXPONENT
+        return density
 
 
 def _tokens(m: MemoryRow) -> int:

@@ -65,7 +65,11 @@ def embed_memories_handler(deps: MemoryDeps) -> Handler:
                 return
             vectors = await deps.embedder.embed([t for _, t in pending])
 
-            async def apply(conn: AsyncConnection, pending=pending, vectors=vectors) -> None:
+            async def apply(
+                conn: AsyncConnection,
+                pending: list[tuple[int, str]] = pending,
+                vectors: list[list[float]] = vectors,
+            ) -> None:
                 for (memory_id, _), vector in zip(pending, vectors, strict=True):
                     await repo.set_embedding(
                         conn, memory_id=memory_id, embedding=vector, model=deps.embedder.model_id

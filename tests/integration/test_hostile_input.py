@@ -215,8 +215,8 @@ async def test_failed_compression_answers_without_the_job_error(
     from app.main import create_app
     from tests.conftest import make_settings
 
-    live = make_settings(settings.database_url, embedded_worker=True, job_max_attempts=1)
-    app = create_app(live, database_url=settings.database_url, engine=engine)
+    live = make_settings(settings.async_database_url, embedded_worker=True, job_max_attempts=1)
+    app = create_app(live, database_url=settings.async_database_url, engine=engine)
     messages = [{"role": "user", "content": f"line {i}"} for i in range(8)]
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -258,8 +258,8 @@ async def live(settings: Any, engine: AsyncEngine) -> Any:
     from tests.conftest import make_settings
 
     app = create_app(
-        make_settings(settings.database_url, embedded_worker=True),
-        database_url=settings.database_url,
+        make_settings(settings.async_database_url, embedded_worker=True),
+        database_url=settings.async_database_url,
         engine=engine,
     )
     async with app.router.lifespan_context(app):

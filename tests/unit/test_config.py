@@ -60,3 +60,31 @@ def test_env_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_secrets_stay_out_of_the_settings_repr() -> None:
+    s = settings(
+        database_url="postgresql://mnemo:db-pass-1@db/mnemo",
+        llm_api_key="llm-key-2",
+        embedding_api_key="emb-key-3",
+        bootstrap_key="mk_boot-4",
+    )
+    shown = repr(s) + str(s.model_dump())
+    for secret in ("db-pass-1", "llm-key-2", "emb-key-3", "mk_boot-4"):
+        assert secret not in shown
+    assert s.async_database_url == "postgresql+asyncpg://mnemo:db-pass-1@db/mnemo"
+
+
+def test_an_empty_database_url_means_the_embedded_database() -> None:
+    assert settings(database_url="").async_database_url is None
+
+
+def test_log_level_is_one_of_the_known_levels_in_any_case() -> None:
+    assert settings(log_level="debug").log_level == "DEBUG"
+    with pytest.raises(ValidationError, match="log_level"):
+        settings(log_level="verbose")
+
+
+def test_an_unknown_embedder_is_refused_when_the_settings_are_read() -> None:
+    with pytest.raises(ValidationError, match="embedder"):
+        settings(embedder="word2vec")
