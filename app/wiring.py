@@ -6,11 +6,10 @@ the handlers and services below take what they need as arguments.
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.compression.audit import CompressionRecord
 from app.compression.extract.isolated import IsolatedRuleExtractor, shared_processes
 from app.compression.extract.llm import LLMExtractor
 from app.core.config import Settings, reveal
@@ -48,16 +47,16 @@ def build_handlers(
     client = chat_client_from_settings(settings, http, observe_llm) if http is not None else None
     primary = LLMExtractor(client, max_retries=settings.llm_max_retries) if client else None
 
-    def on_compressed(event: dict[str, Any]) -> None:
+    def on_compressed(record: CompressionRecord) -> None:
         if metrics is None:
             return
-        metrics.compressions.labels(event["extractor"], event["trigger"]).inc()
-        metrics.compression_ratio.observe(event["ratio"])
-        metrics.compression_duration.labels(event["extractor"]).observe(event["duration_ms"] / 1000)
-        if event["fallback_reason"]:
+        metrics.compressions.labels(record.extractor, record.trigger).inc()
+        metrics.compression_ratio.observe(record.ratio)
+        metrics.compression_duration.labels(record.extractor).observe(record.duration_ms / 1000)
+        if record.fallback_reason:
             metrics.extractor_fallbacks.inc()
-        if event.get("dropped_units"):
-            metrics.units_dropped.inc(event["dropped_units"])
+        if record.dropped_units:
+            metrics.units_dropped.inc(record.dropped_units)
 
     compression = CompressionDeps(
         settings=settings,

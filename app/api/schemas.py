@@ -14,13 +14,16 @@ from pydantic import (
     Discriminator,
     Field,
     ModelWrapValidatorHandler,
+    PlainSerializer,
     PrivateAttr,
     StringConstraints,
     Tag,
     TypeAdapter,
+    WithJsonSchema,
     model_validator,
 )
 
+from app.compression.triggers import TriggerReason
 from app.core.limits import JSON_DEPTH, MAX_METADATA_BYTES, MAX_TOOL_CALLS, NAME_CHARS
 
 ID_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
@@ -546,3 +549,69 @@ class MemoryPublic(BaseModel):
 
 class MemoriesOut(BaseModel):
     memories: list[MemoryPublic]
+
+
+# Events were served through FastAPI's encoder before they had a model: their times
+# keep its ISO form ("+00:00", where pydantic writes "Z"), so no client sees a change.
+EventTime = Annotated[
+    datetime,
+    PlainSerializer(datetime.isoformat, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+
+class EventSummaryOut(BaseModel):
+    """One compression of the session, as listed."""
+
+    model_config = ConfigDict(from_attributes=True)  # read from the domain's Event values
+    id: int
+    created_at: EventTime
+    trigger: TriggerReason
+    tier: int = Field(
+        description="1: the oldest 30% of live turns, 2: the oldest 50%, 3: all but the"
+        " working window (and `compact`)."
+    )
+    state_version: int = Field(description="The task state version this compression wrote.")
+    turn_count: int = Field(description="Raw turns it compacted.")
+    input_tokens: int
+    output_tokens: int = Field(description="Tokens of the rendered state.")
+    ratio: float = Field(description="input_tokens / output_tokens.")
+    duration_ms: float
+    extractor: str
+    fallback_reason: str | None = Field(
+        description="Why the LLM extractor was not used, or why the rule extractor gave no"
+        " units (its deadline); null when the first choice worked."
+    )
+    change_summary: str
+    job_id: int | None
+
+
+class EventOut(EventSummaryOut):
+    """One compression with its inputs, the units extracted and the state rendered."""
+
+    turn_ids: list[str]
+    turn_seqs: list[int]
+    units: list[dict[str, Any]]
+    rendered_state: str
+
+
+class EventsOut(BaseModel):
+    events: list[EventSummaryOut] = Field(description="Newest first.")
+
+
+class CompactScheduled(BaseModel):
+    status: Literal["scheduled"]
+    job_id: int
+
+
+class NothingToCompress(BaseModel):
+    """Every live turn is inside the working window."""
+
+    status: Literal["nothing_to_compress"]
+    job_id: int
+
+
+class Compacted(EventOut):
+    """``wait=true``: the compression is committed; its event."""
+
+    status: Literal["compressed"]

@@ -6,10 +6,11 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.compression.audit import Event
 from app.core.errors import Conflict
 from app.stores import events, queue, sessions
 
@@ -35,7 +36,7 @@ class Outcome:
 
     status: Literal["scheduled", "compressed", "nothing_to_compress", "failed"]
     job_id: int
-    event: dict[str, Any] | None = None
+    event: Event | None = None
 
 
 async def schedule(

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.compression.audit import CompressionRecord, as_trigger
 from app.compression.diff import diff_summary
 from app.compression.extract.base import Extractor
 from app.compression.extract.fallback import ExtractionResult, extract_with_fallback
@@ -47,7 +48,7 @@ class CompressionDeps:
     settings: Settings
     fallback: Extractor
     primary: Extractor | None = None
-    on_compressed: Callable[[dict[str, Any]], None] | None = None
+    on_compressed: Callable[[CompressionRecord], None] | None = None
     # With an embedder, merging also dedups near-paraphrases (semantic_threshold).
     embedder: Embedder | None = None
 
@@ -114,7 +115,7 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
     async def handle(ctx: JobContext) -> None:
         if ctx.job.session_id is None:
             return
-        trigger = str(ctx.job.payload.get("trigger") or "token_threshold")
+        trigger = as_trigger(str(ctx.job.payload.get("trigger") or "token_threshold"))
         async with ctx.engine.connect() as conn:
             snap = await repo.snapshot(conn, session_pk=ctx.job.session_id)
         if snap is None:
@@ -158,23 +159,23 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
         taken = [by_seq[v.seq] for v in chosen.turns]
         input_tokens = sum(tokens for _, _, tokens in taken)
         output_tokens = count_tokens(rendered)
-        event = {
-            "trigger": trigger,
-            "tier": chosen.tier,
-            "turn_ids": [ext for _, ext, _ in taken],
-            "turn_seqs": [v.seq for v in chosen.turns],
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "ratio": round(input_tokens / max(output_tokens, 1), 3),
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-            "extractor": result.extractor,
-            "fallback_reason": result.fallback_reason,
-            "units": dump_units(result.units),
-            "rendered_state": rendered,
-            "change_summary": change_summary + _dropped_note(result.dropped),
-            "dropped_units": result.dropped,
-            "job_id": ctx.job.id,
-        }
+        record = CompressionRecord(
+            trigger=trigger,
+            tier=chosen.tier,
+            turn_ids=[ext for _, ext, _ in taken],
+            turn_seqs=[v.seq for v in chosen.turns],
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            ratio=round(input_tokens / max(output_tokens, 1), 3),
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            extractor=result.extractor,
+            fallback_reason=result.fallback_reason,
+            units=dump_units(result.units),
+            rendered_state=rendered,
+            change_summary=change_summary + _dropped_note(result.dropped),
+            dropped_units=result.dropped,
+            job_id=ctx.job.id,
+        )
 
         async def apply(conn: AsyncConnection) -> repo.Applied:
             applied = await repo.apply_compression(
@@ -184,7 +185,7 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
                 rendered=rendered,
                 rendered_tokens=output_tokens,
                 turn_pks=[pk for pk, _, _ in taken],
-                event=event,
+                record=record,
             )
             # What outlives the session goes to long-term memory, in its own job.
             await queue.enqueue(
@@ -196,7 +197,7 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
             )
             return applied
 
-        applied = await ctx.commit(apply)
+        await ctx.commit(apply)
         log.info(
             "compressed %s turns of session %s: %s → %s tokens (%s)",
             len(taken),
@@ -207,6 +208,6 @@ def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
             extra={"job_id": ctx.job.id, "session": snap.session_pk},
         )
         if deps.on_compressed is not None:
-            deps.on_compressed({**event, "event_id": applied.event_id})
+            deps.on_compressed(record)
 
     return handle

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.compression.audit import CompressionRecord
 from app.compression.state import TaskState
 from app.core.turns import TurnView
 from app.stores import sessions
@@ -123,7 +124,7 @@ async def apply_compression(
     rendered: str,
     rendered_tokens: int,
     turn_pks: list[int],
-    event: dict[str, Any],
+    record: CompressionRecord,
 ) -> Applied:
     """In the caller's transaction: new state version, event, turns compacted, counters."""
     locked = (await conn.execute(LOCK_STATE, {"sid": snap.session_pk})).first()
@@ -146,10 +147,20 @@ async def apply_compression(
             {
                 "sid": snap.session_pk,
                 "version": version,
-                **event,
-                "turn_ids": json.dumps(event["turn_ids"]),
-                "turn_seqs": json.dumps(event["turn_seqs"]),
-                "units": json.dumps(event["units"], ensure_ascii=False),
+                "trigger": record.trigger,
+                "tier": record.tier,
+                "turn_ids": json.dumps(record.turn_ids),
+                "turn_seqs": json.dumps(record.turn_seqs),
+                "input_tokens": record.input_tokens,
+                "output_tokens": record.output_tokens,
+                "ratio": record.ratio,
+                "duration_ms": record.duration_ms,
+                "extractor": record.extractor,
+                "fallback_reason": record.fallback_reason,
+                "units": json.dumps(record.units, ensure_ascii=False),
+                "rendered_state": record.rendered_state,
+                "change_summary": record.change_summary,
+                "job_id": record.job_id,
             },
         )
     ).scalar_one()

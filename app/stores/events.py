@@ -7,8 +7,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.compression.audit import Event, EventSummary, as_trigger
 from app.core.errors import NotFound
-from app.stores.rows import json_value
 
 SUMMARY_COLUMNS = """
     e.id, e.created_at, e.trigger, e.tier, e.state_version, e.input_tokens, e.output_tokens,
@@ -36,11 +36,11 @@ GET_EVENT = text(f"""
 EVENT_BY_JOB = text("SELECT id FROM compression_events WHERE session_id = :sid AND job_id = :job")
 
 
-def _summary(row: Any) -> dict[str, Any]:
+def _summary_fields(row: Any) -> dict[str, Any]:
     return {
         "id": row.id,
         "created_at": row.created_at,
-        "trigger": row.trigger,
+        "trigger": as_trigger(row.trigger),
         "tier": row.tier,
         "state_version": row.state_version,
         "turn_count": row.turn_count,
@@ -57,24 +57,24 @@ def _summary(row: Any) -> dict[str, Any]:
 
 async def list_events(
     conn: AsyncConnection, *, session_pk: int, limit: int, before: int | None
-) -> list[dict[str, Any]]:
+) -> list[EventSummary]:
     rows = await conn.execute(
         LIST_EVENTS, {"sid": session_pk, "limit": limit, "before": before or 2**62}
     )
-    return [_summary(r) for r in rows]
+    return [EventSummary(**_summary_fields(r)) for r in rows]
 
 
-async def get_event(conn: AsyncConnection, *, session_pk: int, event_id: int) -> dict[str, Any]:
+async def get_event(conn: AsyncConnection, *, session_pk: int, event_id: int) -> Event:
     row = (await conn.execute(GET_EVENT, {"sid": session_pk, "id": event_id})).first()
     if row is None:
         raise NotFound(f"event {event_id} not found in this session")
-    return {
-        **_summary(row),
-        "turn_ids": json_value(row.turn_ids),
-        "turn_seqs": json_value(row.turn_seqs),
-        "units": json_value(row.units),
-        "rendered_state": row.rendered_state,
-    }
+    return Event(
+        **_summary_fields(row),
+        turn_ids=row.turn_ids,
+        turn_seqs=row.turn_seqs,
+        units=row.units,
+        rendered_state=row.rendered_state,
+    )
 
 
 async def event_for_job(conn: AsyncConnection, *, session_pk: int, job_id: int) -> int | None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
-from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 
 from app.api.deps import (
@@ -18,6 +17,14 @@ from app.api.deps import (
     TenantDep,
 )
 from app.api.problems import COMMON_PROBLEMS
+from app.api.schemas import (
+    Compacted,
+    CompactScheduled,
+    EventOut,
+    EventsOut,
+    EventSummaryOut,
+    NothingToCompress,
+)
 from app.core.errors import MnemoError
 from app.services import compact as compact_now
 from app.stores import events, sessions
@@ -42,7 +49,13 @@ class CompressionFailed(MnemoError):
 @router.post(
     "/{session_id}/compact",
     status_code=202,
-    responses={200: {"description": "Compressed (wait=true): the event"}},
+    response_model=CompactScheduled,
+    responses={
+        200: {
+            "description": "Compressed (wait=true): the event, or nothing to compress",
+            "model": Compacted | NothingToCompress,
+        }
+    },
 )
 async def compact(
     session_id: SessionIdPath,
@@ -60,42 +73,39 @@ async def compact(
     scheduled = await compact_now.schedule(
         engine, tenant=tenant, session=session_id, max_attempts=settings.job_max_attempts
     )
-    accepted = {"status": "scheduled", "job_id": scheduled.job_id}
+    accepted = CompactScheduled(status="scheduled", job_id=scheduled.job_id).model_dump()
     if not wait:
         return JSONResponse(accepted, status_code=202)
     outcome = await compact_now.wait(engine, scheduled, timeout_s=timeout_s)
-    if outcome.status == "compressed":
-        event = outcome.event or {}
-        return JSONResponse(_jsonable({"status": "compressed", **event}), status_code=200)
+    if outcome.status == "compressed" and outcome.event is not None:
+        event = EventOut.model_validate(outcome.event).model_dump(mode="json")
+        return JSONResponse({"status": "compressed", **event}, status_code=200)
     if outcome.status == "nothing_to_compress":
-        return JSONResponse({"status": "nothing_to_compress", "job_id": outcome.job_id}, 200)
+        nothing = NothingToCompress(status="nothing_to_compress", job_id=outcome.job_id)
+        return JSONResponse(nothing.model_dump(), status_code=200)
     if outcome.status == "failed":
         raise CompressionFailed(f"compression job {outcome.job_id} failed")
     return JSONResponse(accepted, status_code=202)
 
 
-@router.get("/{session_id}/events")
+@router.get("/{session_id}/events", response_model=EventsOut)
 async def list_events(
     session_id: SessionIdPath,
     conn: ReadConnDep,
     tenant: TenantDep,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     before: Annotated[int | None, Query(ge=1, le=INT8_MAX)] = None,
-) -> dict[str, Any]:
+) -> EventsOut:
     """The session's compressions, newest first (page with ``before`` = the last id seen)."""
     sid = await sessions.session_pk(conn, tenant=tenant, session=session_id)
-    return {"events": await events.list_events(conn, session_pk=sid, limit=limit, before=before)}
+    found = await events.list_events(conn, session_pk=sid, limit=limit, before=before)
+    return EventsOut(events=[EventSummaryOut.model_validate(e) for e in found])
 
 
-@router.get("/{session_id}/events/{event_id}")
+@router.get("/{session_id}/events/{event_id}", response_model=EventOut)
 async def get_event(
     session_id: SessionIdPath, event_id: EventIdPath, conn: ReadConnDep, tenant: TenantDep
-) -> dict[str, Any]:
+) -> EventOut:
     """One compression: its input turns, extracted units, rendered state and figures."""
     sid = await sessions.session_pk(conn, tenant=tenant, session=session_id)
-    return await events.get_event(conn, session_pk=sid, event_id=event_id)
-
-
-def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
-    encoded: dict[str, Any] = jsonable_encoder(value)
-    return encoded
+    return EventOut.model_validate(await events.get_event(conn, session_pk=sid, event_id=event_id))

@@ -277,6 +277,89 @@ export interface components {
             type: "input_audio";
             input_audio: components["schemas"]["InputAudio"];
         };
+        /** CompactScheduled */
+        CompactScheduled: {
+            /**
+             * Status
+             * @constant
+             */
+            status: "scheduled";
+            /** Job Id */
+            job_id: number;
+        };
+        /**
+         * Compacted
+         * @description ``wait=true``: the compression is committed; its event.
+         */
+        Compacted: {
+            /** Id */
+            id: number;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Trigger
+             * @enum {string}
+             */
+            trigger: "token_threshold" | "milestone" | "repeated_action" | "tool_failures" | "topic_drift" | "manual";
+            /**
+             * Tier
+             * @description 1: the oldest 30% of live turns, 2: the oldest 50%, 3: all but the working window (and `compact`).
+             */
+            tier: number;
+            /**
+             * State Version
+             * @description The task state version this compression wrote.
+             */
+            state_version: number;
+            /**
+             * Turn Count
+             * @description Raw turns it compacted.
+             */
+            turn_count: number;
+            /** Input Tokens */
+            input_tokens: number;
+            /**
+             * Output Tokens
+             * @description Tokens of the rendered state.
+             */
+            output_tokens: number;
+            /**
+             * Ratio
+             * @description input_tokens / output_tokens.
+             */
+            ratio: number;
+            /** Duration Ms */
+            duration_ms: number;
+            /** Extractor */
+            extractor: string;
+            /**
+             * Fallback Reason
+             * @description Why the LLM extractor was not used, or why the rule extractor gave no units (its deadline); null when the first choice worked.
+             */
+            fallback_reason: string | null;
+            /** Change Summary */
+            change_summary: string;
+            /** Job Id */
+            job_id: number | null;
+            /** Turn Ids */
+            turn_ids: string[];
+            /** Turn Seqs */
+            turn_seqs: number[];
+            /** Units */
+            units: {
+                [key: string]: unknown;
+            }[];
+            /** Rendered State */
+            rendered_state: string;
+            /**
+             * Status
+             * @constant
+             */
+            status: "compressed";
+        };
         /** ContextBlock */
         ContextBlock: {
             /** Kind */
@@ -314,6 +397,140 @@ export interface components {
              * @description Long-term memories placed in this context.
              */
             memory_ids?: number[];
+        };
+        /**
+         * EventOut
+         * @description One compression with its inputs, the units extracted and the state rendered.
+         */
+        EventOut: {
+            /** Id */
+            id: number;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Trigger
+             * @enum {string}
+             */
+            trigger: "token_threshold" | "milestone" | "repeated_action" | "tool_failures" | "topic_drift" | "manual";
+            /**
+             * Tier
+             * @description 1: the oldest 30% of live turns, 2: the oldest 50%, 3: all but the working window (and `compact`).
+             */
+            tier: number;
+            /**
+             * State Version
+             * @description The task state version this compression wrote.
+             */
+            state_version: number;
+            /**
+             * Turn Count
+             * @description Raw turns it compacted.
+             */
+            turn_count: number;
+            /** Input Tokens */
+            input_tokens: number;
+            /**
+             * Output Tokens
+             * @description Tokens of the rendered state.
+             */
+            output_tokens: number;
+            /**
+             * Ratio
+             * @description input_tokens / output_tokens.
+             */
+            ratio: number;
+            /** Duration Ms */
+            duration_ms: number;
+            /** Extractor */
+            extractor: string;
+            /**
+             * Fallback Reason
+             * @description Why the LLM extractor was not used, or why the rule extractor gave no units (its deadline); null when the first choice worked.
+             */
+            fallback_reason: string | null;
+            /** Change Summary */
+            change_summary: string;
+            /** Job Id */
+            job_id: number | null;
+            /** Turn Ids */
+            turn_ids: string[];
+            /** Turn Seqs */
+            turn_seqs: number[];
+            /** Units */
+            units: {
+                [key: string]: unknown;
+            }[];
+            /** Rendered State */
+            rendered_state: string;
+        };
+        /**
+         * EventSummaryOut
+         * @description One compression of the session, as listed.
+         */
+        EventSummaryOut: {
+            /** Id */
+            id: number;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Trigger
+             * @enum {string}
+             */
+            trigger: "token_threshold" | "milestone" | "repeated_action" | "tool_failures" | "topic_drift" | "manual";
+            /**
+             * Tier
+             * @description 1: the oldest 30% of live turns, 2: the oldest 50%, 3: all but the working window (and `compact`).
+             */
+            tier: number;
+            /**
+             * State Version
+             * @description The task state version this compression wrote.
+             */
+            state_version: number;
+            /**
+             * Turn Count
+             * @description Raw turns it compacted.
+             */
+            turn_count: number;
+            /** Input Tokens */
+            input_tokens: number;
+            /**
+             * Output Tokens
+             * @description Tokens of the rendered state.
+             */
+            output_tokens: number;
+            /**
+             * Ratio
+             * @description input_tokens / output_tokens.
+             */
+            ratio: number;
+            /** Duration Ms */
+            duration_ms: number;
+            /** Extractor */
+            extractor: string;
+            /**
+             * Fallback Reason
+             * @description Why the LLM extractor was not used, or why the rule extractor gave no units (its deadline); null when the first choice worked.
+             */
+            fallback_reason: string | null;
+            /** Change Summary */
+            change_summary: string;
+            /** Job Id */
+            job_id: number | null;
+        };
+        /** EventsOut */
+        EventsOut: {
+            /**
+             * Events
+             * @description Newest first.
+             */
+            events: components["schemas"]["EventSummaryOut"][];
         };
         /** FilePart */
         FilePart: {
@@ -567,6 +784,19 @@ export interface components {
              * @description Deprecated function calling: only null (use tool_calls).
              */
             function_call?: null;
+        };
+        /**
+         * NothingToCompress
+         * @description Every live turn is inside the working window.
+         */
+        NothingToCompress: {
+            /**
+             * Status
+             * @constant
+             */
+            status: "nothing_to_compress";
+            /** Job Id */
+            job_id: number;
         };
         /** Problem */
         Problem: {
@@ -1834,12 +2064,14 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Compressed (wait=true): the event */
+            /** @description Compressed (wait=true): the event, or nothing to compress */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["Compacted"] | components["schemas"]["NothingToCompress"];
+                };
             };
             /** @description Successful Response */
             202: {
@@ -1847,7 +2079,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["CompactScheduled"];
                 };
             };
             /** @description Missing or invalid API key */
@@ -1975,9 +2207,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["EventsOut"];
                 };
             };
             /** @description Missing or invalid API key */
@@ -2104,9 +2334,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["EventOut"];
                 };
             };
             /** @description Missing or invalid API key */
