@@ -61,6 +61,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from app.stores import memories as repo
 from app.stores.embedded import throwaway_embedded
+from app.stores.engine import install_codecs
 from app.stores.migrate import upgrade_to_head
 from bench.latency import machine
 
@@ -75,10 +76,10 @@ TARGETS = {"p99_ms": 20.0, "recall_at_k": 0.95}
 # HNSW-then-filter: one global ANN scan, the user filter applied to its candidates.
 # "user_id + 0" keeps the btree out of the plan, as mem0's unindexed jsonb filter does.
 POST_FILTER = text(f"""
-    SELECT {repo.MEMORY_COLUMNS}, 1 - (m.embedding <=> CAST(:q AS vector)) AS score
+    SELECT {repo.MEMORY_COLUMNS}, 1 - (m.embedding <=> :q) AS score
     FROM memories m
     WHERE m.user_id + 0 = :user_pk
-    ORDER BY m.embedding <=> CAST(:q AS vector)
+    ORDER BY m.embedding <=> :q
     LIMIT :k
 """)
 
@@ -415,7 +416,7 @@ async def production(
 async def post_filter(
     conn: AsyncConnection, user_pk: int, q: np.ndarray, k: int
 ) -> tuple[float, list[int]]:
-    params = {"user_pk": user_pk, "q": repo.vector_literal(q.tolist()), "k": k}
+    params = {"user_pk": user_pk, "q": q.tolist(), "k": k}
     began = time.perf_counter()
     rows = (await conn.execute(POST_FILTER, params)).all()
     ms = (time.perf_counter() - began) * 1000
@@ -456,6 +457,7 @@ async def explain(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> di
 async def measure(url: str, p: Params, c: Corpus, pk_of: dict[int, int]) -> dict[str, Any]:
     rng = np.random.default_rng(p.seed + 1)
     engine = create_async_engine(url, pool_size=2)
+    install_codecs(engine)
     clock = StatementClock(engine)
     # The same function on connections that never use a generic plan (a what-if: asyncpg
     # prepares every statement, and after five runs Postgres may switch to a generic plan
@@ -463,6 +465,7 @@ async def measure(url: str, p: Params, c: Corpus, pk_of: dict[int, int]) -> dict
     custom = create_async_engine(
         url, pool_size=2, connect_args={"server_settings": {"plan_cache_mode": "force_custom_plan"}}
     )
+    install_codecs(custom)
     custom_clock = StatementClock(custom)
     heavy = np.flatnonzero(c.sizes > p.exact_scan_max)
     light = np.flatnonzero(c.sizes <= p.exact_scan_max)
@@ -567,7 +570,7 @@ async def sample_plans(
         q = query_vector(c, u, rng)
         params = {
             "user_pk": pk_of[u],
-            "q": repo.vector_literal(q.tolist()),
+            "q": q.tolist(),
             "model": MODEL,
             "k": p.k,
             "kind": None,
@@ -605,7 +608,7 @@ async def scan_curve(
                 q = query_vector(c, u, rng)
                 params = {
                     "user_pk": pk_of[u],
-                    "q": repo.vector_literal(q.tolist()),
+                    "q": q.tolist(),
                     "model": MODEL,
                     "k": p.k,
                     "kind": None,
@@ -660,7 +663,7 @@ async def hnsw_sweep(
             for i, (u, q) in enumerate(queries):
                 params = {
                     "user_pk": pk_of[u],
-                    "q": repo.vector_literal(q.tolist()),
+                    "q": q.tolist(),
                     "model": MODEL,
                     "k": p.k,
                     "kind": None,

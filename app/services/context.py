@@ -7,7 +7,6 @@ snapshot, one round trip) straight through asyncpg, the hottest path of the serv
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +25,6 @@ from app.stores.engine import driver_connection
 # second read fetches up to RECENT_FETCH_LIMIT when it is not.
 FIRST_PAGE = 64
 RECENT_FETCH_LIMIT = 400
-
-
-def _decoded(value: Any) -> Any:
-    # SQLAlchemy's asyncpg dialect installs a JSON codec on its connections.
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def _message(t: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +110,7 @@ async def build_context(
         raise
     if head is None:
         raise NotFound(f"session {session!r} not found")
-    rows: list[dict[str, Any]] = _decoded(head["turns"])
+    rows: list[dict[str, Any]] = head["turns"]
     if len(rows) == FIRST_PAGE and sum(r["tokens"] for r in rows) < max_tokens:
         more = await read_context(
             db,
@@ -126,7 +120,7 @@ async def build_context(
             offset=FIRST_PAGE,
         )
         if more is not None:
-            rows.extend(_decoded(more["turns"]))
+            rows.extend(more["turns"])
     recent = [RecentTurn(message=_message(r), tokens=r["tokens"]) for r in reversed(rows)]
     # Budget: the working window and the task state first (the largest of the
     # renderings stored at compression time that fits beside the window), then
@@ -134,7 +128,7 @@ async def build_context(
     window = window_tokens(
         recent, memory.window_turns if memory else 3, max_tokens - MESSAGE_OVERHEAD_TOKENS
     )
-    tiers = tuple(_decoded(head["renderings"]) or ())
+    tiers = tuple(head["renderings"] or ())
     state = choose_tier(
         Block("task_state", head["rendered"], tiers=tiers),
         max_tokens - MESSAGE_OVERHEAD_TOKENS - window,

@@ -145,8 +145,7 @@ async def memory_block(
         vector = None
         if request.explicit_query is None and embedder is not None and request.latest_user:
             if request.latest_user[0] == request.last_embedded_seq:
-                raw = await sessions.last_user_embedding(db, session_pk=request.session_pk)
-                vector = None if raw is None else _vector(raw)
+                vector = await sessions.last_user_embedding(db, session_pk=request.session_pk)
         found = await hybrid_search(
             conn,
             user_pk=request.user_pk,
@@ -323,12 +322,6 @@ def _line(m: MemoryRow, now: datetime, language: str) -> str:
         else age_label(m.last_confirmed_at, now)
     )
     return f"- ({when}{tag}) {m.text}"
-
-
-def _vector(raw: Any) -> list[float]:
-    if isinstance(raw, str):
-        return [float(x) for x in raw.strip("[]").split(",")]
-    return [float(x) for x in raw]
 
 
 def recent_user_texts(rows: Sequence[dict[str, Any]], limit: int = 4) -> list[str]:

@@ -6,7 +6,6 @@ outside any transaction and writes through ``JobContext.commit``.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
@@ -46,10 +45,6 @@ SIMILAR_EXISTING = 8
 class MemoryDeps:
     settings: Settings
     embedder: Embedder
-
-
-def parse_vector(value: Any) -> list[float]:
-    return [float(x) for x in (json.loads(value) if isinstance(value, str) else value)]
 
 
 # ---------------------------------------------------------------- embed_memories
@@ -239,7 +234,7 @@ def index_session_handler(deps: MemoryDeps) -> Handler:
                 session_pk=head.id,
                 episode_seq=closed_through,
                 last_user_seq=newest_user.seq if newest_user else None,
-                last_user_embedding=repo.vector_literal(vectors[-1]) if newest_user else None,
+                last_user_embedding=vectors[-1] if newest_user else None,
             )
 
         await ctx.commit(apply)
@@ -298,7 +293,7 @@ def promote_handler(deps: MemoryDeps) -> Handler:
                     k=SIMILAR_EXISTING,
                 )
                 existing = [ExistingMemory(id=r.id, text=r.text, kind=r.kind) for r in rows]
-                known = {**vectors, **{r.text: parse_vector(r.embedding) for r in rows}}
+                known = {**vectors, **{r.text: r.embedding for r in rows}}
                 decision = decide(
                     candidate,
                     existing,

@@ -4,7 +4,6 @@ and its one atomic write (the turns and counters it touches go through
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +14,7 @@ from app.compression.audit import CompressionRecord
 from app.compression.state import TaskState
 from app.core.turns import TurnView
 from app.stores import sessions
-from app.stores.rows import json_value, turn_view
+from app.stores.rows import turn_view
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ LOCK_STATE = text("""
 
 UPSERT_STATE = text("""
     INSERT INTO task_states (session_id, version, state, rendered, rendered_tokens, updated_at)
-    VALUES (:sid, :version, CAST(:state AS jsonb), :rendered, :rendered_tokens, now())
+    VALUES (:sid, :version, :state, :rendered, :rendered_tokens, now())
     ON CONFLICT (session_id) DO UPDATE
     SET version = EXCLUDED.version, state = EXCLUDED.state, rendered = EXCLUDED.rendered,
         rendered_tokens = EXCLUDED.rendered_tokens, updated_at = now()
@@ -76,9 +75,9 @@ INSERT_EVENT = text("""
     INSERT INTO compression_events (session_id, trigger, tier, state_version, turn_ids, turn_seqs,
         input_tokens, output_tokens, ratio, duration_ms, extractor, fallback_reason, units,
         rendered_state, change_summary, job_id)
-    VALUES (:sid, :trigger, :tier, :version, CAST(:turn_ids AS jsonb), CAST(:turn_seqs AS jsonb),
+    VALUES (:sid, :trigger, :tier, :version, :turn_ids, :turn_seqs,
         :input_tokens, :output_tokens, :ratio, :duration_ms, :extractor, :fallback_reason,
-        CAST(:units AS jsonb), :rendered_state, :change_summary, :job_id)
+        :units, :rendered_state, :change_summary, :job_id)
     RETURNING id
 """)
 
@@ -88,14 +87,14 @@ STATE = text("SELECT state FROM task_states WHERE session_id = :sid")
 async def stored_state(conn: AsyncConnection, *, session_pk: int) -> Any:
     """The session's task state as stored (JSON), or None before its first compression."""
     raw = (await conn.execute(STATE, {"sid": session_pk})).scalar()
-    return json_value(raw) if raw else None
+    return raw or None
 
 
 async def snapshot(conn: AsyncConnection, *, session_pk: int) -> Snapshot | None:
     head = (await conn.execute(SNAPSHOT_HEAD, {"sid": session_pk})).first()
     if head is None:
         return None
-    raw_state = json_value(head.state) if head.state is not None else {}
+    raw_state = head.state if head.state is not None else {}
     live = [
         (
             r.id,
@@ -136,7 +135,7 @@ async def apply_compression(
         {
             "sid": snap.session_pk,
             "version": version,
-            "state": json.dumps(state.model_dump(mode="json"), ensure_ascii=False),
+            "state": state.model_dump(mode="json"),
             "rendered": rendered,
             "rendered_tokens": rendered_tokens,
         },
@@ -149,15 +148,15 @@ async def apply_compression(
                 "version": version,
                 "trigger": record.trigger,
                 "tier": record.tier,
-                "turn_ids": json.dumps(record.turn_ids),
-                "turn_seqs": json.dumps(record.turn_seqs),
+                "turn_ids": record.turn_ids,
+                "turn_seqs": record.turn_seqs,
                 "input_tokens": record.input_tokens,
                 "output_tokens": record.output_tokens,
                 "ratio": record.ratio,
                 "duration_ms": record.duration_ms,
                 "extractor": record.extractor,
                 "fallback_reason": record.fallback_reason,
-                "units": json.dumps(record.units, ensure_ascii=False),
+                "units": record.units,
                 "rendered_state": record.rendered_state,
                 "change_summary": record.change_summary,
                 "job_id": record.job_id,

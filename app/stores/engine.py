@@ -1,13 +1,88 @@
-"""The async engine. Built by the app factory / CLI from Settings and passed in."""
+"""The async engine, and the driver glue set up once on each of its connections.
+
+Built by the app factory / CLI from Settings and passed in. Every connection the
+engine opens gets the codecs below, so JSON and vectors cross the driver as Python
+values both ways: statements bind a dict or a list of floats as they are and read
+them back decoded, through SQLAlchemy or through the driver directly.
+"""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import asyncpg
+from pgvector import Vector
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+# jsonb's binary form is a version byte and the JSON text.
+JSONB_VERSION = b"\x01"
+
+# vector_schema: where the pgvector type lives, as the search path resolves `vector`
+# (NULL before the migration that creates the extension).
+VECTOR_SCHEMA = """
+    SELECT n.nspname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+    WHERE t.oid = to_regtype('vector')
+"""
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _jsonb_binary(value: Any) -> bytes:
+    return JSONB_VERSION + _json_text(value).encode()
+
+
+def _jsonb_value(data: bytes) -> Any:
+    return json.loads(data[1:])
+
+
+def _vector_binary(value: Vector | list[float]) -> bytes:
+    return (value if isinstance(value, Vector) else Vector(value)).to_binary()
+
+
+def _vector_list(data: bytes) -> list[float]:
+    return Vector.from_binary(data).to_list()
+
+
+async def register_codecs(conn: asyncpg.Connection) -> None:
+    """JSON (json, jsonb) and pgvector's ``vector`` as Python values on ``conn``.
+
+    Replaces the codecs SQLAlchemy's dialect installs (they take JSON only as text).
+    A database not migrated yet has no ``vector`` type; a connection opened then
+    has no vector codec, so ``upgrade_to_head`` closes the connections it used.
+    """
+    await conn.set_type_codec(
+        "json", schema="pg_catalog", encoder=_json_text, decoder=json.loads, format="text"
+    )
+    await conn.set_type_codec(
+        "jsonb",
+        schema="pg_catalog",
+        encoder=_jsonb_binary,
+        decoder=_jsonb_value,
+        format="binary",
+    )
+    schema = await conn.fetchval(VECTOR_SCHEMA)
+    if schema is not None:
+        await conn.set_type_codec(
+            "vector", schema=schema, encoder=_vector_binary, decoder=_vector_list, format="binary"
+        )
+
+
+def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # Runs after the dialect's own connect hook, so these codecs are the ones in force.
+    dbapi_connection.run_async(register_codecs)
+
+
+def install_codecs(engine: AsyncEngine) -> None:
+    """Every connection ``engine`` opens from now on gets ``register_codecs``."""
+    event.listen(engine.sync_engine, "connect", _on_connect)
 
 
 def make_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
@@ -22,6 +97,8 @@ def make_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         # hot paths (ingest, context) cheap.
         connect_args={"server_settings": {"application_name": "mnemo"}},
     )
+    install_codecs(engine)
+    return engine
 
 
 async def driver_connection(conn: AsyncConnection) -> asyncpg.Connection:

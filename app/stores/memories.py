@@ -11,7 +11,6 @@ Either way a search returns min(k, rows of that user) results.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -49,16 +48,13 @@ class MemoryRow:
 
 
 def _row(r: Any, score: float | None = None) -> MemoryRow:
-    def js(v: Any) -> Any:
-        return json.loads(v) if isinstance(v, str) else (v or {})
-
     return MemoryRow(
         id=r.id,
         kind=r.kind,
         text=r.text,
         pinned=r.pinned,
-        source=js(r.source),
-        metadata=js(r.metadata),
+        source=r.source,
+        metadata=r.metadata,
         created_at=r.created_at,
         last_confirmed_at=r.last_confirmed_at,
         times_confirmed=r.times_confirmed,
@@ -68,10 +64,6 @@ def _row(r: Any, score: float | None = None) -> MemoryRow:
         embedding_model=r.embedding_model,
         score=score,
     )
-
-
-def vector_literal(vector: list[float]) -> str:
-    return "[" + ",".join(f"{x:.6g}" for x in vector) + "]"
 
 
 # index_terms: a memory's postings, written with it (one statement with the insert).
@@ -102,11 +94,11 @@ INSERT_MEMORY = text(f"""
                               session_id, ttl_days, expires_at, terms, embedding,
                               embedding_model, embedding_dim, turn_seq)
         VALUES (:tenant, :user_pk, :kind, :text, :text_key, CAST(:pinned AS boolean),
-                CAST(:source AS jsonb), CAST(:metadata AS jsonb), :session_pk,
+                :source, :metadata, :session_pk,
                 CAST(:ttl_days AS integer),
                 CASE WHEN CAST(:pinned AS boolean) OR CAST(:ttl_days AS integer) IS NULL THEN NULL
                      ELSE now() + make_interval(days => CAST(:ttl_days AS integer)) END,
-                CAST(:terms AS text[]), CAST(:embedding AS vector), :model,
+                CAST(:terms AS text[]), :embedding, :model,
                 CAST(:dim AS integer), CAST(:turn_seq AS integer))
         RETURNING id, user_id, kind),
     p AS ({POSTINGS})
@@ -124,7 +116,7 @@ SIMILAR_EXISTING = text("""
     SELECT id, kind, text, embedding FROM memories
     WHERE user_id = :user_pk AND superseded_by IS NULL AND kind <> 'episode'
       AND embedding IS NOT NULL AND embedding_model = :model
-    ORDER BY (embedding <=> CAST(:q AS vector)) + 0
+    ORDER BY (embedding <=> :q) + 0
     LIMIT :k
 """)
 
@@ -188,13 +180,13 @@ USER_LIVE_COUNT = text(f"""
 # vector_exact: exact cosine ranking over one user's live memories (btree on user_id).
 # The "+ 0" keeps the planner off the HNSW index: this path is meant to be exact.
 VECTOR_EXACT = text(f"""
-    SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> CAST(:q AS vector)) AS score
+    SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> :q) AS score
     FROM memories m
     WHERE m.user_id = :user_pk AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
       AND m.embedding_model = :model
       AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
       AND (m.expires_at IS NULL OR m.expires_at > now())
-    ORDER BY (m.embedding <=> CAST(:q AS vector)) + 0
+    ORDER BY (m.embedding <=> :q) + 0
     LIMIT :k
 """)
 
@@ -202,13 +194,13 @@ VECTOR_EXACT = text(f"""
 # "user_id + 0" keeps the planner off the btree (an exact scan of a heavy user), and
 # holds under the generic plans asyncpg's prepared statements get after five runs.
 VECTOR_HNSW = text(f"""
-    SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> CAST(:q AS vector)) AS score
+    SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> :q) AS score
     FROM memories m
     WHERE m.user_id + 0 = :user_pk AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
       AND m.embedding_model = :model
       AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
       AND (m.expires_at IS NULL OR m.expires_at > now())
-    ORDER BY m.embedding <=> CAST(:q AS vector)
+    ORDER BY m.embedding <=> :q
     LIMIT :k
 """)
 
@@ -298,7 +290,7 @@ PENDING_EMBEDDINGS = text("""
 """)
 
 SET_EMBEDDING = text("""
-    UPDATE memories SET embedding = CAST(:embedding AS vector), embedding_model = :model,
+    UPDATE memories SET embedding = :embedding, embedding_model = :model,
                         embedding_dim = :dim
     WHERE id = :id
 """)
@@ -339,12 +331,12 @@ async def insert_memory(
                     "text_key": text_key,
                     "pinned": pinned,
                     "ttl_days": ttl_days,
-                    "source": json.dumps(source, ensure_ascii=False),
-                    "metadata": json.dumps(metadata, ensure_ascii=False),
+                    "source": source,
+                    "metadata": metadata,
                     "session_pk": session_pk,
                     **postings(terms),
                     "terms": terms,
-                    "embedding": None if embedding is None else vector_literal(embedding),
+                    "embedding": embedding,
                     "model": model,
                     "dim": None if embedding is None else len(embedding),
                     "turn_seq": turn_seq,
@@ -389,7 +381,7 @@ async def vector_search(
     kind: str | None = None,
 ) -> list[MemoryRow]:
     """The user's k nearest live memories; exact for ordinary users (see module doc)."""
-    params = {"user_pk": user_pk, "q": vector_literal(query), "model": model, "k": k, "kind": kind}
+    params = {"user_pk": user_pk, "q": query, "model": model, "k": k, "kind": kind}
     count = (await conn.execute(USER_LIVE_COUNT, {"user_pk": user_pk})).scalar_one()
     if count <= EXACT_SCAN_MAX:
         rows = (await conn.execute(VECTOR_EXACT, params)).all()
@@ -455,7 +447,7 @@ async def set_embedding(
         SET_EMBEDDING,
         {
             "id": memory_id,
-            "embedding": vector_literal(embedding),
+            "embedding": embedding,
             "model": model,
             "dim": len(embedding),
         },
@@ -478,14 +470,14 @@ class Neighbour:
     id: int
     kind: str
     text: str
-    embedding: Any  # the vector as the driver returns it
+    embedding: list[float]
 
 
 async def similar_existing(
     conn: AsyncConnection, *, user_pk: int, model: str, query: list[float], k: int
 ) -> list[Neighbour]:
     rows = await conn.execute(
-        SIMILAR_EXISTING, {"user_pk": user_pk, "model": model, "k": k, "q": vector_literal(query)}
+        SIMILAR_EXISTING, {"user_pk": user_pk, "model": model, "k": k, "q": query}
     )
     return [Neighbour(id=r.id, kind=r.kind, text=r.text, embedding=r.embedding) for r in rows]
 

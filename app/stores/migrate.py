@@ -36,6 +36,8 @@ def _upgrade(connection: Connection) -> None:
 async def upgrade_to_head(engine: AsyncEngine) -> None:
     async with engine.begin() as conn:
         await conn.run_sync(_upgrade)
+    # A connection opened before pgvector's type existed has no codec for it.
+    await engine.dispose()
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:

@@ -13,7 +13,6 @@ NOTIFY on ``mnemo_jobs`` is only a wake-up hint; workers poll as the guarantee.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -47,7 +46,7 @@ ENQUEUE = text("""
     WITH added AS (
         INSERT INTO jobs (tenant_id, session_id, kind, payload, max_attempts, run_after,
                           dedup_key, priority)
-        VALUES (:tenant_id, :session_id, :kind, CAST(:payload AS jsonb), :max_attempts,
+        VALUES (:tenant_id, :session_id, :kind, :payload, :max_attempts,
                 now() + make_interval(secs => :delay_s), :dedup_key, :priority)
         ON CONFLICT DO NOTHING
         RETURNING id)
@@ -175,7 +174,7 @@ async def enqueue(
                 "tenant_id": tenant_id,
                 "session_id": session_id,
                 "kind": kind,
-                "payload": json.dumps(payload or {}),
+                "payload": payload or {},
                 "max_attempts": max_attempts,
                 "delay_s": delay_s,
                 "dedup_key": dedup_key,
@@ -191,13 +190,12 @@ async def claim(conn: AsyncConnection, *, worker: str, lease_s: float) -> Job | 
     row = (await conn.execute(CLAIM, {"worker": worker, "lease_s": lease_s})).first()
     if row is None:
         return None
-    payload = row.payload if isinstance(row.payload, dict) else json.loads(row.payload)
     return Job(
         id=row.id,
         tenant_id=row.tenant_id,
         session_id=row.session_id,
         kind=row.kind,
-        payload=payload,
+        payload=row.payload,
         attempts=row.attempts,
         max_attempts=row.max_attempts,
         created_at=row.created_at,

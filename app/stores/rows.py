@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from app.core.turns import TurnView
-
-
-def json_value(value: Any) -> Any:
-    """A JSON column's value: decoded already by some connections, a string on others."""
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def turn_view(row: Any) -> TurnView:
@@ -20,10 +14,10 @@ def turn_view(row: Any) -> TurnView:
         seq=row.seq,
         role=row.role,
         content=row.content,
-        tool_calls=json_value(mapping.get("tool_calls")),
+        tool_calls=mapping.get("tool_calls"),
         tool_call_id=mapping.get("tool_call_id"),
         name=mapping.get("name"),
         emphasized=bool(mapping.get("emphasized", False)),
         created_at=mapping.get("created_at"),
-        metadata=json_value(mapping.get("metadata")) or {},
+        metadata=mapping.get("metadata") or {},
     )

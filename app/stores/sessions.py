@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import NotFound
 from app.core.turns import PreparedTurn, TurnView
-from app.stores.rows import json_value, turn_view
+from app.stores.rows import turn_view
 
 # ------------------------------------------------------------------------- users
 
@@ -166,6 +166,8 @@ async def append_turns(
 
 
 def _columns(sid: int, new: Sequence[tuple[int, str, PreparedTurn]]) -> dict[str, Any]:
+    # JSON goes in as text[] (cast per row in SQL): bound as jsonb[], a list value
+    # would be read by the driver as another dimension of the array.
     def jsonish(value: Any) -> str | None:
         return None if value is None else json.dumps(value, ensure_ascii=False)
 
@@ -274,7 +276,7 @@ UNINDEXED_TURNS = text("""
 SET_SESSION_INDEX = text("""
     UPDATE sessions SET episode_seq = greatest(episode_seq, :episode_seq),
         last_user_seq = coalesce(:last_user_seq, last_user_seq),
-        last_user_embedding = coalesce(CAST(:last_user_embedding AS vector), last_user_embedding)
+        last_user_embedding = coalesce(:last_user_embedding, last_user_embedding)
     WHERE id = :sid
 """)
 
@@ -336,7 +338,7 @@ async def set_index_marks(
     session_pk: int,
     episode_seq: int,
     last_user_seq: int | None,
-    last_user_embedding: str | None,
+    last_user_embedding: list[float] | None,
 ) -> None:
     """Indexing closed episodes through ``episode_seq`` (and maybe embedded a user turn)."""
     await conn.execute(
@@ -359,7 +361,7 @@ async def promote_head(conn: AsyncConnection, *, session_pk: int | None) -> Prom
         external_id=row.external_id,
         user_id=row.user_id,
         promoted_seq=row.promoted_seq,
-        state=json_value(row.state),
+        state=row.state,
     )
 
 
@@ -372,9 +374,10 @@ async def forget_turn_embeddings(conn: AsyncConnection) -> None:
     await conn.execute(FORGET_TURN_EMBEDDINGS)
 
 
-async def last_user_embedding(db: asyncpg.Connection, *, session_pk: int) -> Any:
-    """The newest user turn's vector as the driver returns it (None if never embedded)."""
-    return await db.fetchval(LAST_USER_EMBEDDING, session_pk)
+async def last_user_embedding(db: asyncpg.Connection, *, session_pk: int) -> list[float] | None:
+    """The newest user turn's vector (None if never embedded)."""
+    vector: list[float] | None = await db.fetchval(LAST_USER_EMBEDDING, session_pk)
+    return vector
 
 
 # ----------------------------------------------------------------- the API's reads
@@ -489,7 +492,7 @@ async def get_state(conn: AsyncConnection, *, tenant: str, session: str) -> Stor
         return StoredState(version=0, state={}, updated_at=None, rendered="")
     return StoredState(
         version=row.version,
-        state=json_value(row.state),
+        state=row.state,
         updated_at=row.updated_at,
         rendered=row.rendered,
     )
@@ -511,11 +514,11 @@ async def list_turns(
             role=r.role,
             content=r.content,
             name=r.name,
-            tool_calls=json_value(r.tool_calls),
+            tool_calls=r.tool_calls,
             tool_call_id=r.tool_call_id,
             tokens=r.tokens,
             emphasized=r.emphasized,
-            metadata=json_value(r.metadata),
+            metadata=r.metadata,
             created_at=r.created_at,
             compacted=r.compacted,
         )

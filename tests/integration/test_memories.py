@@ -209,7 +209,7 @@ async def test_heavy_users_search_through_hnsw_and_always_get_k(
                     memory_repo.VECTOR_EXACT,
                     {
                         "user_pk": user_pk,
-                        "q": memory_repo.vector_literal(query),
+                        "q": query,
                         "model": "hash-ngram-v1",
                         "k": 10,
                         "kind": None,
