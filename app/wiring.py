@@ -16,13 +16,13 @@ from app.core.config import Settings, reveal
 from app.core.metrics import Metrics
 from app.providers.embed import Embedder, build_embedder
 from app.providers.llm import chat_client_from_settings
-from app.services.compression import CompressionDeps, compress_handler
+from app.services.compression import CompressionDeps, compress
 from app.services.jobs import Handler
 from app.services.memory_jobs import (
     MemoryDeps,
-    embed_memories_handler,
-    index_session_handler,
-    promote_handler,
+    embed_memories,
+    index_session,
+    promote,
     sweep_expired,
 )
 from app.services.sessions import recount_tokens
@@ -66,14 +66,13 @@ def build_handlers(
         embedder=embedder,
     )
     handlers: dict[str, Handler] = {
-        "recount_tokens": recount_tokens,
-        "compress": compress_handler(compression),
+        recount_tokens.kind: recount_tokens.bind(None),
+        compress.kind: compress.bind(compression),
     }
     if embedder is not None:
         memory = MemoryDeps(settings=settings, embedder=embedder)
-        handlers["embed_memories"] = embed_memories_handler(memory)
-        handlers["index_session"] = index_session_handler(memory)
-        handlers["promote"] = promote_handler(memory)
+        for declared in (embed_memories, index_session, promote):
+            handlers[declared.kind] = declared.bind(memory)
     return handlers
 
 

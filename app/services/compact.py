@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.compression.audit import Event
 from app.core.errors import Conflict
+from app.core.jobs import JobKind
 from app.stores import events, queue, sessions
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ async def _manual_compression(
             conn,
             tenant_id=tenant,
             session_id=sid,
-            kind="compress",
+            kind=JobKind.COMPRESS,
             payload={"trigger": "manual"},
             max_attempts=max_attempts,
         )

@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -25,13 +24,14 @@ from app.compression.extract.fallback import ExtractionResult, extract_with_fall
 from app.compression.extract.isolated import ExtractionDeadline
 from app.compression.merge import merge, state_texts, unit_texts
 from app.compression.render import detect_language, render_tiers
-from app.compression.state import TaskState, Unit, dump_units
+from app.compression.state import Language, TaskState, Unit, dump_units
 from app.compression.triggers import TIER_FRACTIONS, select_turns, tier_for
 from app.core.config import Settings
+from app.core.jobs import JobKind
 from app.core.tokens import count_tokens
 from app.core.turns import TurnView
 from app.providers.embed import Embedder, EmbeddingError
-from app.services.jobs import JobContext
+from app.services.jobs import JobContext, job
 from app.stores import compression as repo
 from app.stores import queue
 
@@ -109,105 +109,120 @@ async def unit_embeddings(
     return dict(zip(texts, vectors, strict=True))
 
 
-def compress_handler(deps: CompressionDeps) -> Callable[[JobContext], Any]:
+def merged_and_rendered(
+    before: TaskState,
+    units: list[Unit],
+    *,
+    settings: Settings,
+    through_seq: int,
+    language: Language,
+    vectors: dict[str, Sequence[float]] | None,
+) -> tuple[TaskState, str, str]:
+    """The merged state, its rendering (the tiers beyond the first kept on the state)
+    and what changed; CPU only, run in a thread."""
+    state = merge(
+        before,
+        units,
+        decay_factor=settings.decay_factor,
+        through_seq=through_seq,
+        language=language,
+        semantic_threshold=settings.semantic_threshold,
+        embeddings=vectors,
+    )
+    tiers = render_tiers(
+        state,
+        language=language,
+        max_tokens=int(settings.context_max_tokens * STATE_SHARE),
+        tool_kinds=settings.tool_kinds(),
+    )
+    state.renderings = tiers[1:]
+    rendered = tiers[0] if tiers else ""
+    return state, rendered, diff_summary(before, state, language)
+
+
+@job(JobKind.COMPRESS)
+async def compress(ctx: JobContext, deps: CompressionDeps) -> None:
+    """Snapshot, extract, merge and render outside any transaction; commit it all at once."""
     settings = deps.settings
+    if ctx.job.session_id is None:
+        return
+    trigger = as_trigger(str(ctx.job.payload.get("trigger") or "token_threshold"))
+    async with ctx.engine.connect() as conn:
+        snap = await repo.snapshot(conn, session_pk=ctx.job.session_id)
+    if snap is None:
+        return  # the session was deleted meanwhile
+    chosen = plan(snap, manual=trigger == "manual", working_window=settings.working_window_turns)
+    if not chosen.turns:
+        return
+    started = time.perf_counter()
+    result = await _extract(deps, chosen.turns, snap.state)
+    # What people wrote decides the language, not tool output (JSON keys are English).
+    language = snap.state.language or detect_language(
+        v.content for *_, v in snap.live if v.role in ("user", "assistant", "system")
+    )
 
-    async def handle(ctx: JobContext) -> None:
-        if ctx.job.session_id is None:
-            return
-        trigger = as_trigger(str(ctx.job.payload.get("trigger") or "token_threshold"))
-        async with ctx.engine.connect() as conn:
-            snap = await repo.snapshot(conn, session_pk=ctx.job.session_id)
-        if snap is None:
-            return  # the session was deleted meanwhile
-        chosen = plan(
-            snap, manual=trigger == "manual", working_window=settings.working_window_turns
+    vectors = await unit_embeddings(deps.embedder, result.units, snap.state)
+
+    state, rendered, change_summary = await asyncio.to_thread(
+        merged_and_rendered,
+        snap.state,
+        result.units,
+        settings=settings,
+        through_seq=chosen.turns[-1].seq,
+        language=language,
+        vectors=vectors,
+    )
+    by_seq = {view.seq: (pk, ext, tokens) for pk, ext, tokens, view in snap.live}
+    taken = [by_seq[v.seq] for v in chosen.turns]
+    input_tokens = sum(tokens for _, _, tokens in taken)
+    output_tokens = count_tokens(rendered)
+    record = CompressionRecord(
+        trigger=trigger,
+        tier=chosen.tier,
+        turn_ids=[ext for _, ext, _ in taken],
+        turn_seqs=[v.seq for v in chosen.turns],
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        ratio=round(input_tokens / max(output_tokens, 1), 3),
+        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        extractor=result.extractor,
+        fallback_reason=result.fallback_reason,
+        units=dump_units(result.units),
+        rendered_state=rendered,
+        change_summary=change_summary + _dropped_note(result.dropped),
+        dropped_units=result.dropped,
+        job_id=ctx.job.id,
+    )
+
+    async def apply(conn: AsyncConnection) -> repo.Applied:
+        applied = await repo.apply_compression(
+            conn,
+            snap=snap,
+            state=state,
+            rendered=rendered,
+            rendered_tokens=output_tokens,
+            turn_pks=[pk for pk, _, _ in taken],
+            record=record,
         )
-        if not chosen.turns:
-            return
-        started = time.perf_counter()
-        result = await _extract(deps, chosen.turns, snap.state)
-        # What people wrote decides the language, not tool output (JSON keys are English).
-        language = snap.state.language or detect_language(
-            v.content for *_, v in snap.live if v.role in ("user", "assistant", "system")
+        # What outlives the session goes to long-term memory, in its own job.
+        await queue.enqueue(
+            conn,
+            tenant_id=snap.tenant_id,
+            session_id=snap.session_pk,
+            kind=JobKind.PROMOTE,
+            max_attempts=settings.job_max_attempts,
         )
+        return applied
 
-        vectors = await unit_embeddings(deps.embedder, result.units, snap.state)
-
-        def merged_and_rendered() -> tuple[TaskState, str, str]:
-            state = merge(
-                snap.state,
-                result.units,
-                decay_factor=settings.decay_factor,
-                through_seq=chosen.turns[-1].seq,
-                language=language,
-                semantic_threshold=settings.semantic_threshold,
-                embeddings=vectors,
-            )
-            tiers = render_tiers(
-                state,
-                language=language,
-                max_tokens=int(settings.context_max_tokens * STATE_SHARE),
-                tool_kinds=settings.tool_kinds(),
-            )
-            state.renderings = tiers[1:]
-            rendered = tiers[0] if tiers else ""
-            return state, rendered, diff_summary(snap.state, state, language)
-
-        state, rendered, change_summary = await asyncio.to_thread(merged_and_rendered)
-        by_seq = {view.seq: (pk, ext, tokens) for pk, ext, tokens, view in snap.live}
-        taken = [by_seq[v.seq] for v in chosen.turns]
-        input_tokens = sum(tokens for _, _, tokens in taken)
-        output_tokens = count_tokens(rendered)
-        record = CompressionRecord(
-            trigger=trigger,
-            tier=chosen.tier,
-            turn_ids=[ext for _, ext, _ in taken],
-            turn_seqs=[v.seq for v in chosen.turns],
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            ratio=round(input_tokens / max(output_tokens, 1), 3),
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            extractor=result.extractor,
-            fallback_reason=result.fallback_reason,
-            units=dump_units(result.units),
-            rendered_state=rendered,
-            change_summary=change_summary + _dropped_note(result.dropped),
-            dropped_units=result.dropped,
-            job_id=ctx.job.id,
-        )
-
-        async def apply(conn: AsyncConnection) -> repo.Applied:
-            applied = await repo.apply_compression(
-                conn,
-                snap=snap,
-                state=state,
-                rendered=rendered,
-                rendered_tokens=output_tokens,
-                turn_pks=[pk for pk, _, _ in taken],
-                record=record,
-            )
-            # What outlives the session goes to long-term memory, in its own job.
-            await queue.enqueue(
-                conn,
-                tenant_id=snap.tenant_id,
-                session_id=snap.session_pk,
-                kind="promote",
-                max_attempts=settings.job_max_attempts,
-            )
-            return applied
-
-        await ctx.commit(apply)
-        log.info(
-            "compressed %s turns of session %s: %s → %s tokens (%s)",
-            len(taken),
-            snap.session_pk,
-            input_tokens,
-            output_tokens,
-            result.extractor,
-            extra={"job_id": ctx.job.id, "session": snap.session_pk},
-        )
-        if deps.on_compressed is not None:
-            deps.on_compressed(record)
-
-    return handle
+    await ctx.commit(apply)
+    log.info(
+        "compressed %s turns of session %s: %s → %s tokens (%s)",
+        len(taken),
+        snap.session_pk,
+        input_tokens,
+        output_tokens,
+        result.extractor,
+        extra={"job_id": ctx.job.id, "session": snap.session_pk},
+    )
+    if deps.on_compressed is not None:
+        deps.on_compressed(record)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import Conflict
+from app.core.jobs import JobKind
 from app.core.turns import PreparedTurn
 from app.stores import queue, sessions
 
@@ -133,7 +134,7 @@ async def ingest_turns(
                 conn,
                 tenant_id=tenant,
                 session_id=sid,
-                kind="index_session",
+                kind=JobKind.INDEX_SESSION,
                 max_attempts=job_max_attempts,
                 delay_s=index_delay_s,
             )
@@ -142,7 +143,7 @@ async def ingest_turns(
                 conn,
                 tenant_id=tenant,
                 session_id=sid,
-                kind="compress",
+                kind=JobKind.COMPRESS,
                 payload={"trigger": trigger},
                 max_attempts=job_max_attempts,
             )

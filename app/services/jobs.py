@@ -1,4 +1,9 @@
-"""What a job handler receives: the job, and a commit that marks it done atomically.
+"""Job handlers: what they declare, and what they receive.
+
+A handler is a top-level ``async def name(ctx, deps)`` declared with ``@job(kind)``:
+its kind (and with it its claim priority, ``JobKind.priority``) and, by its second
+parameter's type, the dependencies it needs; the wiring binds those once
+(``JobHandler.bind``).
 
 A handler that changes state does so through ``JobContext.commit``, which marks
 the job done in the same transaction: the effect is applied exactly once even
@@ -10,15 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.config import Settings
+from app.core.jobs import JobKind
 from app.stores import queue
 from app.stores.queue import Job
 
 T = TypeVar("T")
+D = TypeVar("D")
 
 
 class LeaseLost(Exception):
@@ -44,3 +51,33 @@ class JobContext:
 
 
 Handler = Callable[[JobContext], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class JobHandler(Generic[D]):
+    """A declared handler: the kind of job it runs, and its body over its deps ``D``."""
+
+    kind: JobKind
+    run: Callable[[JobContext, D], Awaitable[None]]
+
+    @property
+    def priority(self) -> int:
+        return self.kind.priority
+
+    def bind(self, deps: D) -> Handler:
+        """The handler the worker calls, with its dependencies given once."""
+        run = self.run
+
+        async def handle(ctx: JobContext) -> None:
+            await run(ctx, deps)
+
+        return handle
+
+
+def job(kind: JobKind) -> Callable[[Callable[[JobContext, D], Awaitable[None]]], JobHandler[D]]:
+    """Declare a top-level ``async def handler(ctx, deps)`` as the one for ``kind``."""
+
+    def declare(run: Callable[[JobContext, D], Awaitable[None]]) -> JobHandler[D]:
+        return JobHandler(kind=kind, run=run)
+
+    return declare

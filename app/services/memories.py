@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core.jobs import JobKind
 from app.memories.bm25 import index_terms, search_terms
 from app.memories.fuse import rrf
 from app.memories.lexical import normalize
@@ -77,7 +78,7 @@ async def add_memory(
         conn,
         tenant_id=tenant,
         session_id=None,
-        kind="embed_memories",
+        kind=JobKind.EMBED_MEMORIES,
         payload={"user_pk": user_pk},
         max_attempts=max_attempts,
         dedup_key=embed_job_key(user_pk),
@@ -157,7 +158,7 @@ async def reembed(conn: AsyncConnection, embedder: Embedder, *, max_attempts: in
             conn,
             tenant_id=tenant,
             session_id=None,
-            kind="embed_memories",
+            kind=JobKind.EMBED_MEMORIES,
             payload={"user_pk": user_pk},
             max_attempts=max_attempts,
             dedup_key=embed_job_key(user_pk),

@@ -13,8 +13,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.compression.state import TaskState
-from app.compression.triggers import topic_drift
+from app.compression.triggers import goal_drift, watches_drift
 from app.core.config import Settings
+from app.core.jobs import JobKind
 from app.core.tokens import count_tokens
 from app.core.turns import TurnView
 from app.memories.bm25 import index_terms
@@ -30,7 +31,7 @@ from app.memories.promote import (
 )
 from app.memories.when import resolve_relative
 from app.providers.embed import Embedder
-from app.services.jobs import Handler, JobContext
+from app.services.jobs import JobContext, job
 from app.services.memories import text_key
 from app.stores import memories as repo
 from app.stores import queue, sessions
@@ -50,42 +51,35 @@ class MemoryDeps:
 # ---------------------------------------------------------------- embed_memories
 
 
-def embed_memories_handler(deps: MemoryDeps) -> Handler:
-    async def handle(ctx: JobContext) -> None:
-        user_pk = int(ctx.job.payload["user_pk"])
-        while True:
-            async with ctx.engine.connect() as conn:
-                pending = await repo.pending_embeddings(conn, user_pk=user_pk, batch=EMBED_BATCH)
-            if not pending:
-                return
-            vectors = await deps.embedder.embed([t for _, t in pending])
+@job(JobKind.EMBED_MEMORIES)
+async def embed_memories(ctx: JobContext, deps: MemoryDeps) -> None:
+    """Vectors for a user's memories that have none yet, a batch per transaction."""
+    user_pk = int(ctx.job.payload["user_pk"])
+    while True:
+        async with ctx.engine.connect() as conn:
+            pending = await repo.pending_embeddings(conn, user_pk=user_pk, batch=EMBED_BATCH)
+        if not pending:
+            return
+        vectors = await deps.embedder.embed([t for _, t in pending])
 
-            async def apply(
-                conn: AsyncConnection,
-                pending: list[tuple[int, str]] = pending,
-                vectors: list[list[float]] = vectors,
-            ) -> None:
-                for (memory_id, _), vector in zip(pending, vectors, strict=True):
-                    await repo.set_embedding(
-                        conn, memory_id=memory_id, embedding=vector, model=deps.embedder.model_id
-                    )
+        async def apply(
+            conn: AsyncConnection,
+            pending: list[tuple[int, str]] = pending,
+            vectors: list[list[float]] = vectors,
+        ) -> None:
+            for (memory_id, _), vector in zip(pending, vectors, strict=True):
+                await repo.set_embedding(
+                    conn, memory_id=memory_id, embedding=vector, model=deps.embedder.model_id
+                )
 
-            if len(pending) < EMBED_BATCH:
-                await ctx.commit(apply)
-                return
-            async with ctx.engine.begin() as conn:  # more to come: commit this batch alone
-                await apply(conn)
-
-    return handle
+        if len(pending) < EMBED_BATCH:
+            await ctx.commit(apply)
+            return
+        async with ctx.engine.begin() as conn:  # more to come: commit this batch alone
+            await apply(conn)
 
 
 # ---------------------------------------------------------------- index_session
-
-# Below this cosine (USE) between the session's goal and the newest user request, the
-# talk has moved elsewhere. Measured: terse on-topic follow-ups to a goal score
-# 0.15–0.25 ("Use the reviews from 2024 only."), an unrelated request 0.07. A false
-# alarm costs one early compression, never information.
-DRIFT_THRESHOLD = 0.1
 
 
 @dataclass(frozen=True)
@@ -155,91 +149,88 @@ def index_rows(
     return rows, closed
 
 
-def index_session_handler(deps: MemoryDeps) -> Handler:
+@job(JobKind.INDEX_SESSION)
+async def index_session(ctx: JobContext, deps: MemoryDeps) -> None:
     """Index new turns as episodes and single turns (open rows are redone next time),
     embed them, and embed the newest user turn so /context can reuse it."""
 
-    async def handle(ctx: JobContext) -> None:
-        sid = ctx.job.session_id
-        async with ctx.engine.connect() as conn:
-            head = await sessions.index_head(conn, session_pk=sid)
-            if head is None:
-                return
-            turns = await sessions.turns_after(conn, session_pk=head.id, after_seq=head.episode_seq)
-        if not turns:
+    sid = ctx.job.session_id
+    async with ctx.engine.connect() as conn:
+        head = await sessions.index_head(conn, session_pk=sid)
+        if head is None:
             return
-        indexed, closed_through = index_rows(
-            turns, session_external=head.external_id, closed_through=head.episode_seq
+        turns = await sessions.turns_after(conn, session_pk=head.id, after_seq=head.episode_seq)
+    if not turns:
+        return
+    indexed, closed_through = index_rows(
+        turns, session_external=head.external_id, closed_through=head.episode_seq
+    )
+    users = [t for t in turns if t.role == "user" and t.content]
+    newest_user = users[-1] if users and users[-1].seq != head.last_user_seq else None
+    texts = [r.text for r in indexed] + ([newest_user.content or ""] if newest_user else [])
+    settings = deps.settings
+    # Topic drift is checked here, where the newest user turn gets embedded anyway
+    # (never on the ingest path): far from the goal, the old task state is compressed.
+    goal = head.goal or ""
+    watch_drift = newest_user is not None and watches_drift(
+        goal=goal,
+        turn_count=head.turn_count,
+        live_turns=head.live_turns,
+        min_turns=settings.min_turns_before_compression,
+        working_window=settings.working_window_turns,
+    )
+    to_embed = texts + ([goal] if watch_drift else [])
+    vectors = await deps.embedder.embed(to_embed) if to_embed else []
+    drift = None
+    if watch_drift and newest_user is not None:
+        goal_vector = vectors.pop()
+        drift = goal_drift(
+            goal,
+            newest_user,
+            vector_similarity({goal: goal_vector, newest_user.content or "": vectors[-1]}),
         )
-        users = [t for t in turns if t.role == "user" and t.content]
-        newest_user = users[-1] if users and users[-1].seq != head.last_user_seq else None
-        texts = [r.text for r in indexed] + ([newest_user.content or ""] if newest_user else [])
-        settings = deps.settings
-        # Topic drift is decided here, where the newest user turn gets embedded anyway
-        # (never on the ingest path): far from the goal, the old task state is compressed.
-        goal = head.goal or ""
-        watch_drift = bool(
-            newest_user
-            and goal
-            and head.turn_count >= settings.min_turns_before_compression
-            and head.live_turns > settings.working_window_turns
-        )
-        to_embed = texts + ([goal] if watch_drift else [])
-        vectors = await deps.embedder.embed(to_embed) if to_embed else []
-        drift = None
-        if watch_drift and newest_user is not None:
-            goal_vector = vectors.pop()
-            state = TaskState.model_validate({"goal": {"key": "goal", "text": goal}})
-            drift = topic_drift(
-                [newest_user],
-                state,
-                vector_similarity({goal: goal_vector, newest_user.content or "": vectors[-1]}),
-                DRIFT_THRESHOLD,
-            )
-        ttl = deps.settings.memory_ttl_days
+    ttl = deps.settings.memory_ttl_days
 
-        async def apply(conn: AsyncConnection) -> None:
-            await repo.drop_open_episodes(conn, session_pk=sid)
-            for row, vector in zip(indexed, vectors, strict=False):
-                await repo.insert_memory(
-                    conn,
-                    tenant=head.tenant_id,
-                    user_pk=head.user_id,
-                    kind="episode",
-                    text_=row.text,
-                    text_key=text_key(row.text),
-                    pinned=False,
-                    ttl_days=ttl,
-                    source=row.source,
-                    metadata=row.metadata,
-                    terms=index_terms(row.text),
-                    session_pk=head.id,
-                    turn_seq=row.source["seqs"][0]
-                    if row.metadata.get("granularity") == "turn"
-                    else None,
-                    embedding=vector,
-                    model=deps.embedder.model_id,
-                )
-            if drift is not None:
-                await queue.enqueue(
-                    conn,
-                    tenant_id=head.tenant_id,
-                    session_id=sid,
-                    kind="compress",
-                    payload={"trigger": "topic_drift", "detail": drift},
-                    max_attempts=settings.job_max_attempts,
-                )
-            await sessions.set_index_marks(
+    async def apply(conn: AsyncConnection) -> None:
+        await repo.drop_open_episodes(conn, session_pk=sid)
+        for row, vector in zip(indexed, vectors, strict=False):
+            await repo.insert_memory(
                 conn,
+                tenant=head.tenant_id,
+                user_pk=head.user_id,
+                kind="episode",
+                text_=row.text,
+                text_key=text_key(row.text),
+                pinned=False,
+                ttl_days=ttl,
+                source=row.source,
+                metadata=row.metadata,
+                terms=index_terms(row.text),
                 session_pk=head.id,
-                episode_seq=closed_through,
-                last_user_seq=newest_user.seq if newest_user else None,
-                last_user_embedding=vectors[-1] if newest_user else None,
+                turn_seq=row.source["seqs"][0]
+                if row.metadata.get("granularity") == "turn"
+                else None,
+                embedding=vector,
+                model=deps.embedder.model_id,
             )
+        if drift is not None:
+            await queue.enqueue(
+                conn,
+                tenant_id=head.tenant_id,
+                session_id=sid,
+                kind=JobKind.COMPRESS,
+                payload={"trigger": "topic_drift", "detail": drift},
+                max_attempts=settings.job_max_attempts,
+            )
+        await sessions.set_index_marks(
+            conn,
+            session_pk=head.id,
+            episode_seq=closed_through,
+            last_user_seq=newest_user.seq if newest_user else None,
+            last_user_embedding=vectors[-1] if newest_user else None,
+        )
 
-        await ctx.commit(apply)
-
-    return handle
+    await ctx.commit(apply)
 
 
 def _time_range(turns: list[TurnView], seqs: list[int]) -> dict[str, str]:
@@ -252,93 +243,91 @@ def _time_range(turns: list[TurnView], seqs: list[int]) -> dict[str, str]:
 # ---------------------------------------------------------------- promote
 
 
-def promote_handler(deps: MemoryDeps) -> Handler:
+@job(JobKind.PROMOTE)
+async def promote(ctx: JobContext, deps: MemoryDeps) -> None:
     """Carry a compressed session's standing facts into the user's long-term memory."""
 
-    async def handle(ctx: JobContext) -> None:
-        async with ctx.engine.connect() as conn:
-            head = await sessions.promote_head(conn, session_pk=ctx.job.session_id)
-        if head is None:
-            return
-        state = TaskState.model_validate(head.state)
-        # Only what has new evidence since the last promotion: a compression re-renders
-        # the whole state, and re-promoting it would "confirm" facts nobody restated.
-        candidates = [
-            c for c in select_candidates(state) if max(c.source_seqs, default=0) > head.promoted_seq
-        ]
-        through = max(state.last_seq, head.promoted_seq)
-        if not candidates:
+    async with ctx.engine.connect() as conn:
+        head = await sessions.promote_head(conn, session_pk=ctx.job.session_id)
+    if head is None:
+        return
+    state = TaskState.model_validate(head.state)
+    # Only what has new evidence since the last promotion: a compression re-renders
+    # the whole state, and re-promoting it would "confirm" facts nobody restated.
+    candidates = [
+        c for c in select_candidates(state) if max(c.source_seqs, default=0) > head.promoted_seq
+    ]
+    through = max(state.last_seq, head.promoted_seq)
+    if not candidates:
 
-            async def mark(conn: AsyncConnection) -> None:
-                await sessions.set_promoted(conn, session_pk=ctx.job.session_id, seq=through)
-
-            await ctx.commit(mark)
-            return
-        model = deps.embedder.model_id
-        vectors = dict(
-            zip(
-                [c.text for c in candidates],
-                await deps.embedder.embed([c.text for c in candidates]),
-                strict=True,
-            )
-        )
-        plans = []
-        async with ctx.engine.connect() as conn:
-            for candidate in candidates:
-                rows = await repo.similar_existing(
-                    conn,
-                    user_pk=head.user_id,
-                    model=model,
-                    query=vectors[candidate.text],
-                    k=SIMILAR_EXISTING,
-                )
-                existing = [ExistingMemory(id=r.id, text=r.text, kind=r.kind) for r in rows]
-                known = {**vectors, **{r.text: r.embedding for r in rows}}
-                decision = decide(
-                    candidate,
-                    existing,
-                    similarity=vector_similarity(known),
-                    threshold=deps.settings.restatement_threshold,
-                )
-                plans.append((candidate, decision))
-
-        async def apply(conn: AsyncConnection) -> None:
-            for candidate, decision in plans:
-                if isinstance(decision, Confirm):
-                    await repo.confirm(
-                        conn,
-                        memory_id=decision.memory_id,
-                        user_pk=head.user_id,
-                        pinned=candidate.pinned,
-                    )
-                    continue
-                new_id = await repo.insert_memory(
-                    conn,
-                    tenant=head.tenant_id,
-                    user_pk=head.user_id,
-                    kind=candidate.kind,
-                    text_=candidate.text,
-                    text_key=text_key(candidate.text),
-                    pinned=candidate.pinned,
-                    ttl_days=None if candidate.pinned else deps.settings.memory_ttl_days,
-                    source={"session_id": head.external_id, "seqs": candidate.source_seqs},
-                    metadata={"promoted": True, "emphasized": candidate.emphasized},
-                    terms=index_terms(candidate.text),
-                )
-                await repo.set_embedding(
-                    conn, memory_id=new_id, embedding=vectors[candidate.text], model=model
-                )
-                if isinstance(decision, Supersede):
-                    await repo.supersede(
-                        conn, old_id=decision.memory_id, new_id=new_id, user_pk=head.user_id
-                    )
-                else:
-                    assert isinstance(decision, Insert)
+        async def mark(conn: AsyncConnection) -> None:
             await sessions.set_promoted(conn, session_pk=ctx.job.session_id, seq=through)
 
-        await ctx.commit(apply)
+        await ctx.commit(mark)
+        return
+    model = deps.embedder.model_id
+    vectors = dict(
+        zip(
+            [c.text for c in candidates],
+            await deps.embedder.embed([c.text for c in candidates]),
+            strict=True,
+        )
+    )
+    plans = []
+    async with ctx.engine.connect() as conn:
+        for candidate in candidates:
+            rows = await repo.similar_existing(
+                conn,
+                user_pk=head.user_id,
+                model=model,
+                query=vectors[candidate.text],
+                k=SIMILAR_EXISTING,
+            )
+            existing = [ExistingMemory(id=r.id, text=r.text, kind=r.kind) for r in rows]
+            known = {**vectors, **{r.text: r.embedding for r in rows}}
+            decision = decide(
+                candidate,
+                existing,
+                similarity=vector_similarity(known),
+                threshold=deps.settings.restatement_threshold,
+            )
+            plans.append((candidate, decision))
 
-    return handle
+    async def apply(conn: AsyncConnection) -> None:
+        for candidate, decision in plans:
+            if isinstance(decision, Confirm):
+                await repo.confirm(
+                    conn,
+                    memory_id=decision.memory_id,
+                    user_pk=head.user_id,
+                    pinned=candidate.pinned,
+                )
+                continue
+            new_id = await repo.insert_memory(
+                conn,
+                tenant=head.tenant_id,
+                user_pk=head.user_id,
+                kind=candidate.kind,
+                text_=candidate.text,
+                text_key=text_key(candidate.text),
+                pinned=candidate.pinned,
+                ttl_days=None if candidate.pinned else deps.settings.memory_ttl_days,
+                source={"session_id": head.external_id, "seqs": candidate.source_seqs},
+                metadata={"promoted": True, "emphasized": candidate.emphasized},
+                terms=index_terms(candidate.text),
+            )
+            await repo.set_embedding(
+                conn, memory_id=new_id, embedding=vectors[candidate.text], model=model
+            )
+            if isinstance(decision, Supersede):
+                await repo.supersede(
+                    conn, old_id=decision.memory_id, new_id=new_id, user_pk=head.user_id
+                )
+            else:
+                assert isinstance(decision, Insert)
+        await sessions.set_promoted(conn, session_pk=ctx.job.session_id, seq=through)
+
+    await ctx.commit(apply)
 
 
 # ---------------------------------------------------------------- sweep

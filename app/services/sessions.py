@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.services.jobs import JobContext
+from app.core.jobs import JobKind
+from app.services.jobs import JobContext, job
 from app.stores import sessions
 
 
-async def recount_tokens(ctx: JobContext) -> None:
+@job(JobKind.RECOUNT_TOKENS)
+async def recount_tokens(ctx: JobContext, deps: None) -> None:
     """Repair job: the counters the trigger reads, rebuilt from the archive."""
 
     async def apply(conn: AsyncConnection) -> None:

@@ -20,11 +20,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-CHANNEL = "mnemo_jobs"
+from app.core.jobs import priority_of
 
-# Higher first. Compression shapes the very next context; promotion and indexing
-# only feed long-term memory and can wait.
-PRIORITIES = {"compress": 10, "promote": 5, "recount_tokens": 5}
+CHANNEL = "mnemo_jobs"
 
 
 @dataclass(frozen=True)
@@ -164,7 +162,7 @@ async def enqueue(
 ) -> int | None:
     """Add a job in the caller's transaction; None when an equal job already waits.
 
-    Its priority comes from its kind (``PRIORITIES``): what the agent's next
+    Its priority comes from its kind (``priority_of``): what the agent's next
     context depends on runs before background indexing.
     """
     row = (
@@ -173,12 +171,12 @@ async def enqueue(
             {
                 "tenant_id": tenant_id,
                 "session_id": session_id,
-                "kind": kind,
+                "kind": str(kind),
                 "payload": payload or {},
                 "max_attempts": max_attempts,
                 "delay_s": delay_s,
                 "dedup_key": dedup_key,
-                "priority": PRIORITIES.get(kind, 0),
+                "priority": priority_of(kind),
                 "channel": CHANNEL,
             },
         )

@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.compression.extract.isolated import IsolatedRuleExtractor
 from app.core.config import Settings
-from app.services.compression import CompressionDeps, compress_handler
+from app.services.compression import CompressionDeps, compress
 from app.worker import Worker
 from tests.conftest import post_turns
 from tests.fakes.extractors import RUNAWAY
@@ -19,7 +19,7 @@ async def _compress(
 ) -> None:
     """Run the queued jobs with only this compression handler (others are buried)."""
     deps = CompressionDeps(settings=settings, fallback=extractor)
-    worker = Worker(engine=engine, handlers={"compress": compress_handler(deps)}, settings=settings)
+    worker = Worker(engine=engine, handlers={compress.kind: compress.bind(deps)}, settings=settings)
     while await worker.run_once() is not None:
         pass
 

@@ -9,6 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.config import Settings
+from app.core.jobs import JobKind
 from app.services.jobs import JobContext
 from app.stores import queue
 from app.wiring import build_handlers
@@ -396,7 +397,7 @@ async def test_a_compression_is_claimed_before_older_background_work(
 ) -> None:
     first = await enqueue(engine, "index_session", await new_session(client, engine, "a"))
     second = await enqueue(engine, "compress", await new_session(client, engine, "b"))
-    assert queue.PRIORITIES["compress"] > queue.PRIORITIES.get("index_session", 0)
+    assert JobKind.COMPRESS.priority > JobKind.INDEX_SESSION.priority
     async with engine.begin() as conn:
         claimed = [await queue.claim(conn, worker="w", lease_s=30) for _ in range(2)]
     assert [j.id for j in claimed if j is not None] == [second, first]
