@@ -28,7 +28,9 @@ class Chat(Protocol):
 
     model: str
 
-    async def complete_json(self, messages: list[dict[str, Any]], *, schema: dict[str, Any] | None) -> str:
+    async def complete_json(
+        self, messages: list[dict[str, Any]], *, schema: dict[str, Any] | None
+    ) -> str:
         """The assistant's reply to ``messages``; raises ``LLMUnavailable`` or
         ``LLMBadResponse``."""
         ...
