@@ -65,9 +65,9 @@ from app.compression.text import (
     action_key,
     containment,
     detect_language,
+    item_key,
     normalize,
     param_key,
-    text_key,
 )
 
 __all__ = ["Embeddings", "Similarity", "diff_summary", "merge", "state_texts", "unit_texts"]
@@ -256,7 +256,7 @@ class _Merger:
     # -- kinds
 
     def _goal(self, u: GoalUnit) -> None:
-        key, seq = u.key or text_key("goal", u.text), max(u.source_seqs)
+        key, seq = u.key or item_key("goal", u.text), max(u.source_seqs)
         goal = self.s.goal
         if goal is None:
             self.s.goal = Goal(
@@ -292,7 +292,7 @@ class _Merger:
             )
 
     def _note(self, items: list[Note], u: Any, kind: str, factory: type[Note] = Note) -> None:
-        key, seq = u.key or text_key(kind, u.text), max(u.source_seqs)
+        key, seq = u.key or item_key(kind, u.text), max(u.source_seqs)
         found = self._find(items, key, u.text)
         if found is None:
             items.append(
@@ -325,7 +325,7 @@ class _Merger:
         self._note(self.s.facts, u, "fact")
 
     def _high_stakes(self, u: HighStakesUnit) -> None:
-        key = u.key or text_key("high_stakes", u.text)
+        key = u.key or item_key("high_stakes", u.text)
         found = self._find(self.s.high_stakes, key, u.text)
         if found is None:
             self.s.high_stakes.append(
@@ -435,7 +435,7 @@ class _Merger:
             found.source_seqs = _union(found.source_seqs, u.source_seqs)
 
     def _todo(self, u: TodoUnit) -> None:
-        key, seq = u.key or text_key("todo", u.text), max(u.source_seqs)
+        key, seq = u.key or item_key("todo", u.text), max(u.source_seqs)
         found = self._find(self.s.todos, key, u.text)
         if found is None and u.status == "done":
             found = self._target(
@@ -469,7 +469,7 @@ class _Merger:
             found.status, found.closed_seq = "open", None  # asked for again after closing
 
     def _pending(self, u: PendingUnit) -> None:
-        key, seq = u.key or text_key("pending", u.text), max(u.source_seqs)
+        key, seq = u.key or item_key("pending", u.text), max(u.source_seqs)
         found = self._find(self.s.pending, key, u.text)
         if found is None:
             self.s.pending.append(
@@ -525,7 +525,7 @@ class _Merger:
                 text=u.text,
                 source_seqs=u.source_seqs,
                 emphasized=u.emphasized,
-                key=text_key(_CANCEL[:-1], u.text),
+                key=item_key(_CANCEL[:-1], u.text),
             )
             self._note(self.s.decisions, decision, "decision")
             return

@@ -42,7 +42,8 @@ def _bounded(prefix: str, body: str) -> str:
     return f"{prefix}:{body}"
 
 
-def text_key(prefix: str, text: str) -> str:
+def item_key(prefix: str, text: str) -> str:
+    """The key of a state item (``prefix``: goal, constraint, todo…) by its wording."""
     return _bounded(prefix, normalize(text))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.compression.state import TaskState, Unit
-from app.compression.text import containment, normalize, param_key, text_key
+from app.compression.text import containment, item_key, normalize, param_key
 
 
 def _asks(text: str) -> bool:
@@ -64,17 +64,17 @@ class Context:
         if unit.kind == "goal":
             self.goal_set = True
         elif unit.kind == "constraint":
-            ref = Ref(unit.key or text_key("constraint", unit.text), unit.text, seq)
+            ref = Ref(unit.key or item_key("constraint", unit.text), unit.text, seq)
             self.constraints.append(ref)
             self.revocable.append(ref)
         elif unit.kind == "todo" and unit.status == "open":
-            ref = Ref(unit.key or text_key("todo", unit.text), unit.text, seq)
+            ref = Ref(unit.key or item_key("todo", unit.text), unit.text, seq)
             self.todos.append(ref)
             self.revocable.append(ref)
         elif unit.kind == "todo":
             self.todos = [t for t in self.todos if t.key != unit.key]
         elif unit.kind in ("preference", "decision"):
-            self.revocable.append(Ref(unit.key or text_key(unit.kind, unit.text), unit.text, seq))
+            self.revocable.append(Ref(unit.key or item_key(unit.kind, unit.text), unit.text, seq))
         elif unit.kind == "parameter":
             self.params[param_key(unit.name)] = (unit.name, unit.value)
         elif unit.kind == "revocation" and unit.target:

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from app.compression.extract.fallback import ExtractionFailed
 from app.compression.state import Goal, Parameter, TaskState, Unit, parse_units, units_json_schema
-from app.compression.text import clip, param_key, text_key
+from app.compression.text import clip, item_key, param_key
 from app.compression.untrusted import one_line
 from app.core.limits import NAME_CHARS
 from app.core.llm import Chat, LLMBadResponse, LLMUnavailable
@@ -161,7 +161,7 @@ _EXAMPLES: list[tuple[list[TurnView], TaskState, dict[str, Any]]] = [
             TurnView(43, "assistant", "训练已启动（run-7781），学习率 0.001，最多 5 个 epoch。"),
         ],
         TaskState(
-            goal=Goal(key=text_key("goal", "微调情感分类模型"), text="微调情感分类模型"),
+            goal=Goal(key=item_key("goal", "微调情感分类模型"), text="微调情感分类模型"),
             parameters=[
                 Parameter(
                     key=param_key("learning_rate"),

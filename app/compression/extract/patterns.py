@@ -335,17 +335,17 @@ TODO = re.compile(
 TODO_TEXT_LEAD = re.compile(r"^(?:是|要|就是|得|需要|先|再|我们要|我们得)\s*")
 PREREQUISITE = re.compile(
     r"(?i:\b(?:once|after|when|as soon as)\s+(?:you|we|i|they)\s+(?:have|get|receive|send|provide"
-    r"|share|give|confirm|upload|finish)\s+(?P<p1>[^,.;]+))"
+    r"|share|give|confirm|upload|finish)\s+(?P<once_given>[^,.;]+))"
     r"|(?i:\b(?:requires?|pending|waiting (?:for|on)|blocked (?:by|on)|depends on|until (?:i|we)"
-    r" (?:get|have|receive))\s+(?P<p2>[^,.;]+))"
-    r"|(?i:\bwithout\s+(?P<p3>(?:your|the|a|an)\s+[^,.;]+))"
+    r" (?:get|have|receive))\s+(?P<required>[^,.;]+))"
+    r"|(?i:\bwithout\s+(?P<without>(?:your|the|a|an)\s+[^,.;]+))"
     r"|(?i:\b(?:once|as soon as|after)\s+"
-    r"(?P<p9>(?:the|a|an|my|our|your|his|her|their)\s+\w[^,.;]*))"
-    r"|(?:需要|要|得)先?(?:您|你|用户)?(?:提供|给|发|上传|确认)(?P<p4>[^，。,；;]+)"
-    r"|等(?:您|你|我|我们)?(?:提供|给|发|上传|确认|拿到|收到)(?P<p5>[^，。,；;]{1,60}?)(?:之?后|以后|再)"
-    r"|缺少(?P<p6>[^，。,；;]+)|还没有(?P<p7>[^，。,；;]+)|(?:需要|依赖)(?P<p8>[^，。,；;]{1,20})才能"
+    r"(?P<once_event>(?:the|a|an|my|our|your|his|her|their)\s+\w[^,.;]*))"
+    r"|(?:需要|要|得)先?(?:您|你|用户)?(?:提供|给|发|上传|确认)(?P<zh_provide>[^，。,；;]+)"
+    r"|等(?:您|你|我|我们)?(?:提供|给|发|上传|确认|拿到|收到)(?P<zh_wait_given>[^，。,；;]{1,60}?)(?:之?后|以后|再)"
+    r"|缺少(?P<zh_missing>[^，。,；;]+)|还没有(?P<zh_not_yet>[^，。,；;]+)|(?:需要|依赖)(?P<zh_needed_for>[^，。,；;]{1,20})才能"
     # "等顾客确认收到换货之后再关": whoever the subject, what comes after 等 is awaited.
-    r"|等(?P<p10>[^，。,；;]{2,30}?)(?:之后|以后|后)(?:再|才)"
+    r"|等(?P<zh_wait_until>[^，。,；;]{2,30}?)(?:之后|以后|后)(?:再|才)"
 )
 BLOCKER = re.compile(
     r"卡在|卡住|受阻|阻塞|无法|没法|没有权限|缺少|缺乏|做不了|不能继续|进行不下去|一直失败|被拒"

@@ -23,14 +23,24 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from app.compression.extract import patterns as P
-from app.compression.extract import sentence as S
+from app.compression.extract import patterns
 from app.compression.extract.base import MOVED_ON
 from app.compression.extract.changes import change_units
 from app.compression.extract.context import Context, Ref
 from app.compression.extract.deferral import deferral, is_deferral
 from app.compression.extract.entities import find_artifacts
 from app.compression.extract.identifiers import identifier_units
+from app.compression.extract.sentence import (
+    TEXT_CHARS,
+    blocker,
+    clean,
+    emphasized,
+    is_noise,
+    is_offer,
+    is_question,
+    speech_units,
+    todo,
+)
 from app.compression.extract.summary import summary_unit
 from app.compression.extract.tools import action_units
 from app.compression.state import (
@@ -45,7 +55,7 @@ from app.compression.state import (
     TodoUnit,
     Unit,
 )
-from app.compression.text import clip, detect_language, normalize, text_key, word_set
+from app.compression.text import clip, detect_language, item_key, normalize, word_set
 from app.core.turns import TurnView
 
 _CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
@@ -99,7 +109,7 @@ def extract_units(turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
             found = _user_units(turn, sentences, ctx)
             if any(u.kind == "pending" for u in found):
                 held.update(asked)  # "let me check first": the question stays open
-            substantive = any(not S.is_noise(x) for x in sentences)
+            substantive = any(not is_noise(x) for x in sentences)
             if substantive or any(u.kind not in _NOT_MOVING_ON for u in found):
                 found += _moved_past(ctx, passed_over, held, turn.seq)
         elif turn.role == "system":
@@ -126,14 +136,16 @@ def raw_sentences(text: str) -> list[str]:
     """Sentences as written (code blocks removed: code is not speech)."""
     text = _CODE_FENCE.sub(" ", text)
     parts = (
-        P.BULLET.sub("", p[:MAX_SENTENCE_CHARS]).strip() for p in P.SENTENCE_SPLIT.split(text) if p
+        patterns.BULLET.sub("", p[:MAX_SENTENCE_CHARS]).strip()
+        for p in patterns.SENTENCE_SPLIT.split(text)
+        if p
     )
     return [p for p in parts if p][:_MAX_SENTENCES_PER_TURN]
 
 
 def split_sentences(text: str) -> list[str]:
     """Sentences with leading fillers ("OK, …", "好的，…") removed, empty ones dropped."""
-    return [c for c in (S.clean(p) for p in raw_sentences(text)) if c]
+    return [c for c in (clean(p) for p in raw_sentences(text)) if c]
 
 
 # ------------------------------------------------------------------------- speakers
@@ -154,7 +166,7 @@ def _user_units(turn: TurnView, sentences: list[str], ctx: Context) -> list[Unit
         units.extend(resolutions)
         if resolutions:
             ctx.pending = [p for p in ctx.pending if p not in ctx.answerable]
-        if pure and sentences and S.clean(raw[0]) == sentences[0]:
+        if pure and sentences and clean(raw[0]) == sentences[0]:
             sentences = sentences[1:]
     ctx.answerable = []
     content = turn.content or ""
@@ -183,11 +195,11 @@ def _user_units(turn: TurnView, sentences: list[str], ctx: Context) -> list[Unit
 
 def _resolutions(first: str, turn: TurnView, open_refs: list[Ref]) -> tuple[list[Unit], bool]:
     """Resolution units for the questions a reply answers, and whether the reply is only that."""
-    cue = P.AFFIRM.match(first) or P.NEGATE.match(first)
+    cue = patterns.AFFIRM.match(first) or patterns.NEGATE.match(first)
     if cue is not None:
         targets = open_refs
         rest = first[cue.end() :]
-        pure = len(normalize(rest)) <= 12 and not P.CONSTRAINT.search(first)
+        pure = len(normalize(rest)) <= 12 and not patterns.CONSTRAINT.search(first)
     else:
         # A reply that addresses an open question answers it; a yes/no confirmation
         # needs a yes or no.
@@ -215,14 +227,14 @@ def _addresses(reply: str, question: str) -> bool:
     "Aisle, please." answers "Which seat, window or aisle?"; "Show me hotels
     near Shinjuku." answers nothing: it is the next request.
     """
-    if S.is_noise(reply) or len(reply.split()) > 40 or len(reply) > 200:
+    if is_noise(reply) or len(reply.split()) > 40 or len(reply) > 200:
         return False
     words = word_set(reply)
     options = _options(question)
     if options:
         return any(words & option for option in options)
     echoed = len(words & (word_set(question) - _QUESTION_WORDS))
-    if S.is_question(reply) or P.REQUEST.search(reply) or P.IMPERATIVE.search(reply):
+    if is_question(reply) or patterns.REQUEST.search(reply) or patterns.IMPERATIVE.search(reply):
         # A new instruction, unless it echoes the question ("Deploy eu-west-1 first").
         return echoed >= 2
     # A short reply to an open question is its answer; a long one must stay on topic.
@@ -236,10 +248,10 @@ def _speech_units(
     units: list[Unit] = []
     candidate: tuple[int, str] | None = None
     for i, sentence in enumerate(sentences):
-        if S.is_noise(sentence):
+        if is_noise(sentence):
             continue
         following = sentences[i + 1] if i + 1 < len(sentences) else None
-        found, explained = S.speech_units(
+        found, explained = speech_units(
             sentence, turn.seq, ctx, turn_emphasized=turn.emphasized, following=following
         )
         units.extend(_emit(ctx, found))
@@ -253,10 +265,10 @@ def _speech_units(
     if candidate is not None and not ctx.goal_set:
         i, text = candidate
         nxt = sentences[i + 1] if i + 1 < len(sentences) else ""
-        if len(text) < 25 and nxt and not S.is_noise(nxt) and not _CONSTRAINT_LED.search(nxt):
+        if len(text) < 25 and nxt and not is_noise(nxt) and not _CONSTRAINT_LED.search(nxt):
             text = f"{text} {nxt}"
         goal = GoalUnit(
-            text=clip(text, S.TEXT_CHARS), source_seqs=[turn.seq], emphasized=turn.emphasized
+            text=clip(text, TEXT_CHARS), source_seqs=[turn.seq], emphasized=turn.emphasized
         )
         # The request is the goal; the same sentence kept as a fact would only repeat it.
         units = [u for u in units if not (u.kind == "fact" and u.text in text)]
@@ -265,9 +277,9 @@ def _speech_units(
 
 
 def _goal_like(sentence: str, explained: bool) -> bool:
-    if _CONSTRAINT_LED.search(sentence) or P.RHETORICAL.search(sentence):
+    if _CONSTRAINT_LED.search(sentence) or patterns.RHETORICAL.search(sentence):
         return False
-    if P.REQUEST.search(sentence):
+    if patterns.REQUEST.search(sentence):
         return True
     substantive = len(sentence.split()) >= 5 or len(normalize(sentence)) >= 10
     return not explained and substantive
@@ -276,22 +288,22 @@ def _goal_like(sentence: str, explained: bool) -> bool:
 def _assistant_units(turn: TurnView, sentences: list[str], ctx: Context) -> list[Unit]:
     units: list[Unit] = []
     for sentence in sentences:
-        if S.is_noise(sentence) or P.RHETORICAL.search(sentence) or S.is_offer(sentence):
+        if is_noise(sentence) or patterns.RHETORICAL.search(sentence) or is_offer(sentence):
             continue  # "Let me know if you'd like more options": nothing is awaited
-        if S.is_question(sentence) or P.AWAITING.search(sentence):
+        if is_question(sentence) or patterns.AWAITING.search(sentence):
             # "Which seat?" / "Do you have a preference?" are answered by any reply;
             # "Shall I book it?" only by a yes or a no.
-            choice = P.CHOICE_QUESTION.search(sentence) is not None or not P.CONFIRM_CUE.search(
+            choice = patterns.CHOICE_QUESTION.search(
                 sentence
-            )
-            unit = PendingUnit(text=clip(sentence, S.TEXT_CHARS), source_seqs=[turn.seq])
-            ref = Ref(text_key("pending", unit.text), unit.text, turn.seq, choice)
+            ) is not None or not patterns.CONFIRM_CUE.search(sentence)
+            unit = PendingUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[turn.seq])
+            ref = Ref(item_key("pending", unit.text), unit.text, turn.seq, choice)
             ctx.pending.append(ref)
             ctx.answerable.append(ref)
             units.append(unit)
             continue
-        emph = S.emphasized(sentence, turn.emphasized)
-        found = S.todo(sentence, turn.seq, emph) or S.blocker(sentence, turn.seq)
+        emph = emphasized(sentence, turn.emphasized)
+        found = todo(sentence, turn.seq, emph) or blocker(sentence, turn.seq)
         if found is not None:
             units.extend(_emit(ctx, [found]))
     return units
@@ -320,7 +332,7 @@ def _moved_past(ctx: Context, passed_over: dict[str, int], held: set[str], seq: 
     """
     closed: list[Unit] = []
     for ref in list(ctx.pending):
-        if ref.seq >= seq or ref.key in held or not S.is_question(ref.text):
+        if ref.seq >= seq or ref.key in held or not is_question(ref.text):
             continue
         if is_deferral(ref.text):
             continue  # the user's own "can we leave X open?" awaits them, not a reply
@@ -355,12 +367,14 @@ def _todos_closed_by_tools(actions: list[Unit], ctx: Context) -> list[Unit]:
         if len(words) < 2:
             continue  # "search" alone says too little about which todo it served
         seq = max(action.source_seqs)
-        for todo in list(ctx.todos):
-            if todo.seq < seq and words <= word_set(todo.text):
+        for open_todo in list(ctx.todos):
+            if open_todo.seq < seq and words <= word_set(open_todo.text):
                 closed.append(
-                    TodoUnit(text=todo.text, key=todo.key, status="done", source_seqs=[seq])
+                    TodoUnit(
+                        text=open_todo.text, key=open_todo.key, status="done", source_seqs=[seq]
+                    )
                 )
-                ctx.todos.remove(todo)
+                ctx.todos.remove(open_todo)
     return closed
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from app.compression.extract import patterns as P
+from app.compression.extract import patterns
 from app.compression.extract.context import Context
 from app.compression.extract.deferral import deferral
 from app.compression.extract.entities import find_artifacts, has_amount_or_date
@@ -59,7 +59,14 @@ _TODO_LEAD = re.compile(
 )
 # Prerequisites stated as a condition on the todo ("once you have X", "等X之后再…"),
 # as opposed to a missing thing named inside it ("缺少…"): the todo text stops there.
-_CONDITION_GROUPS = ("p1", "p2", "p4", "p5", "p9", "p10")
+_CONDITION_GROUPS = (
+    "once_given",
+    "required",
+    "zh_provide",
+    "zh_wait_given",
+    "once_event",
+    "zh_wait_until",
+)
 # What is left of a condition clause once it is cut: "… that", "…，等". A run of
 # these words is entered at its first word only (the lookbehinds), so a text of
 # "and and and …" is scanned once rather than from every word.
@@ -91,33 +98,35 @@ _TARGET_TRAIL = re.compile(
 
 
 def clean(sentence: str) -> str:
-    return P.LEADING_FILLER.sub("", P.BULLET.sub("", sentence)).strip()
+    return patterns.LEADING_FILLER.sub("", patterns.BULLET.sub("", sentence)).strip()
 
 
 def is_noise(sentence: str) -> bool:
-    if len(normalize(sentence)) < 2 or P.NOISE.match(sentence):
+    if len(normalize(sentence)) < 2 or patterns.NOISE.match(sentence):
         return True
-    return _hinted(P.HINT_CHITCHAT, sentence) and P.CHITCHAT.search(sentence) is not None
+    return (
+        _hinted(patterns.HINT_CHITCHAT, sentence) and patterns.CHITCHAT.search(sentence) is not None
+    )
 
 
 def is_social(sentence: str) -> bool:
     """Small talk markers ("can't wait", "haha", "好想放假"): not task content."""
-    return P.SOCIAL.search(sentence) is not None
+    return patterns.SOCIAL.search(sentence) is not None
 
 
 def is_offer(sentence: str) -> bool:
     """A generic offer or sign-off ("Let me know if you'd like more", "随时告诉我")."""
-    return _hinted(P.HINT_OFFER, sentence) and P.OFFER.search(sentence) is not None
+    return _hinted(patterns.HINT_OFFER, sentence) and patterns.OFFER.search(sentence) is not None
 
 
 def is_question(sentence: str) -> bool:
-    # Same as P.QUESTION_END, without scanning the sentence for an end anchor.
+    # Same as patterns.QUESTION_END, without scanning the sentence for an end anchor.
     text = sentence.rstrip()
     return text.endswith(("?", "？")) or text.rstrip("。. ").endswith(("吗", "呢", "么"))
 
 
 def emphasized(sentence: str, turn_emphasized: bool) -> bool:
-    return turn_emphasized or P.EMPHASIS.search(sentence) is not None
+    return turn_emphasized or patterns.EMPHASIS.search(sentence) is not None
 
 
 # ----------------------------------------------------------------------- families
@@ -134,9 +143,9 @@ def _suffix_target(sentence: str, end: int) -> str:
 
 
 def revocation(sentence: str, seq: int, ctx: Context) -> RevocationUnit | None:
-    if not _hinted(P.HINT_REVOKE, sentence):
+    if not _hinted(patterns.HINT_REVOKE, sentence):
         return None
-    m = P.REVOKE.search(sentence)
+    m = patterns.REVOKE.search(sentence)
     if m is None:
         return None
     if m.group("suffix") is not None:
@@ -149,7 +158,7 @@ def revocation(sentence: str, seq: int, ctx: Context) -> RevocationUnit | None:
         "anymore",
         "any more",
     ):
-        target_text = P.REVOKE.sub(" ", sentence)
+        target_text = patterns.REVOKE.sub(" ", sentence)
     target_text = _TARGET_LEAD.sub("", (target_text or "").strip(" ，,。.")).strip()
     target_text = _TARGET_TRAIL.sub("", target_text).strip() or target_text
     match = ctx.best_match(ctx.revocable, target_text) if target_text else None
@@ -166,12 +175,12 @@ def revocation(sentence: str, seq: int, ctx: Context) -> RevocationUnit | None:
 
 
 def high_stakes(sentence: str, seq: int) -> HighStakesUnit | None:
-    if not _hinted(P.HINT_HIGH_STAKES, sentence):
+    if not _hinted(patterns.HINT_HIGH_STAKES, sentence):
         return None
-    for category, pattern in P.HIGH_STAKES:
+    for category, pattern in patterns.HIGH_STAKES:
         if pattern.search(sentence):
             # Keep a card or account number recognisable, never whole.
-            text = P.LONG_DIGITS.sub(lambda m: "****" + m.group(1), sentence)
+            text = patterns.LONG_DIGITS.sub(lambda m: "****" + m.group(1), sentence)
             cat: HighStakesCategory = category  # type: ignore[assignment]
             return HighStakesUnit(
                 text=clip(text, TEXT_CHARS), category=cat, source_seqs=[seq], emphasized=True
@@ -180,14 +189,14 @@ def high_stakes(sentence: str, seq: int) -> HighStakesUnit | None:
 
 
 def explicit_goal(sentence: str, seq: int, following: str | None) -> GoalUnit | None:
-    if not _hinted(P.HINT_GOAL, sentence):
+    if not _hinted(patterns.HINT_GOAL, sentence):
         return None
-    m = P.GOAL_EXPLICIT.search(sentence)
+    m = patterns.GOAL_EXPLICIT.search(sentence)
     if m is None:
         return None
     text = next((g for g in m.groups() if g and g.strip()), None) or following
     # "Change of plans: my goal is now X" — the innermost statement is the goal.
-    while text and (inner := P.GOAL_EXPLICIT.search(text)) is not None:
+    while text and (inner := patterns.GOAL_EXPLICIT.search(text)) is not None:
         nested = next((g for g in inner.groups() if g and g.strip()), None)
         if not nested or nested == text:
             break
@@ -198,9 +207,9 @@ def explicit_goal(sentence: str, seq: int, following: str | None) -> GoalUnit | 
 
 
 def todo_done(sentence: str, seq: int, ctx: Context) -> TodoUnit | None:
-    if not ctx.todos or not _hinted(P.HINT_TODO_DONE, sentence):
+    if not ctx.todos or not _hinted(patterns.HINT_TODO_DONE, sentence):
         return None
-    m = P.TODO_DONE.search(sentence)
+    m = patterns.TODO_DONE.search(sentence)
     if m is None:
         return None
     text = next((g for g in m.groups() if g), "")
@@ -212,15 +221,15 @@ def todo_done(sentence: str, seq: int, ctx: Context) -> TodoUnit | None:
 
 def _clean_value(value: str) -> str:
     value = _VALUE_LEAD.sub("", value.strip())
-    return P.VALUE_CUT.sub("", value).strip(" \"'“”`")
+    return patterns.VALUE_CUT.sub("", value).strip(" \"'“”`")
 
 
 def _clean_name(name: str) -> str | None:
     name = _NAME_LEAD.sub("", _HEDGE.sub("", name.strip())).strip(" \"'“”`")
-    name = P.ZH_CLAUSE_LEAD.sub("", name).lstrip("把将 ")
-    if not name or len(name) > 32 or len(name.split()) > 4 or P.PARAM_NAME_STOP.match(name):
+    name = patterns.ZH_CLAUSE_LEAD.sub("", name).lstrip("把将 ")
+    if not name or len(name) > 32 or len(name.split()) > 4 or patterns.PARAM_NAME_STOP.match(name):
         return None
-    if P.CONSTRAINT.search(name):  # "只能用 CPU": 只能 is a rule cue, not a parameter
+    if patterns.CONSTRAINT.search(name):  # "只能用 CPU": 只能 is a rule cue, not a parameter
         return None
     return name
 
@@ -236,34 +245,34 @@ def _param(name: str, value: str, old: str | None, seq: int) -> ParameterUnit | 
 
 
 def parameters(sentence: str, seq: int, ctx: Context) -> list[ParameterUnit]:
-    if not _hinted(P.HINT_PARAMETER, sentence):
+    if not _hinted(patterns.HINT_PARAMETER, sentence):
         return []
     found: list[ParameterUnit | None] = []
     for clause in _CLAUSE.split(sentence):
         if _NEGATION.search(clause):
             continue  # "不要把 X 改成 Y" is a constraint, not a change
-        stripped = P.ZH_CLAUSE_LEAD.sub("", clause.strip().rstrip("。.!！"))
-        m = P.ZH_SET.search(stripped)
+        stripped = patterns.ZH_CLAUSE_LEAD.sub("", clause.strip().rstrip("。.!！"))
+        m = patterns.ZH_SET.search(stripped)
         if m and not _bare_use_in_word(stripped, m):
             found.append(_param(m["name"], m["value"], m["old"], seq))
-    for m in P.EN_SET.finditer(sentence):
+    for m in patterns.EN_SET.finditer(sentence):
         if not _NEGATION.search(sentence[: m.start()]):
             found.append(_param(m["name"], m["value"], m["old"], seq))
-    for m in P.EN_SHOULD_BE.finditer(sentence):
+    for m in patterns.EN_SHOULD_BE.finditer(sentence):
         found.append(_param(m["name"], m["value"], None, seq))
-    if not P.CONSTRAINT.search(sentence):  # "only use X for Y" is a rule, not a setting
-        for m in P.EN_USE_AS.finditer(sentence):
+    if not patterns.CONSTRAINT.search(sentence):  # "only use X for Y" is a rule, not a setting
+        for m in patterns.EN_USE_AS.finditer(sentence):
             found.append(_param(m["name"], m["value"], None, seq))
-    for m in P.INSTEAD_OF.finditer(sentence):
+    for m in patterns.INSTEAD_OF.finditer(sentence):
         value = m["value"] or m["value2"] or m["value3"]
         old = m["old"] or m["old2"] or m["old3"]
         owner = ctx.param_with_value(_clean_value(old))
         if owner is not None:
             found.append(_param(owner[0], value, owner[1], seq))
     if "://" not in sentence and "==" not in sentence:
-        for m in P.ASSIGN.finditer(sentence):
+        for m in patterns.ASSIGN.finditer(sentence):
             found.append(_param(m["name"], m["value"], None, seq))
-    m = P.COLON_PAIR.match(sentence)
+    m = patterns.COLON_PAIR.match(sentence)
     # "订单号：ORD-1" or "Docs: https://…" name an artifact, not a setting.
     if m and not found and _plausible_pair(m["name"], m["value"]) and not find_artifacts(sentence):
         found.append(_param(m["name"], m["value"], None, seq))
@@ -283,7 +292,10 @@ def _plausible_pair(name: str, value: str) -> bool:
     if is_question(value) or is_social(value) or len(value.split()) > 6:
         return False
     head = name.split()[-1] if name.split() else name
-    return P.PARAM_NAME_STOP.match(head) is None and P.PARAM_NAME_STOP.match(name) is None
+    return (
+        patterns.PARAM_NAME_STOP.match(head) is None
+        and patterns.PARAM_NAME_STOP.match(name) is None
+    )
 
 
 def _bare_use_in_word(clause: str, m: re.Match[str]) -> bool:
@@ -336,33 +348,43 @@ def previous_from_constraint(unit: ParameterUnit, ctx: Context) -> str | None:
 
 
 def preference(sentence: str, seq: int, emph: bool) -> PreferenceUnit | None:
-    if not _hinted(P.HINT_PREFERENCE, sentence) or P.PREFERENCE.search(sentence) is None:
+    if (
+        not _hinted(patterns.HINT_PREFERENCE, sentence)
+        or patterns.PREFERENCE.search(sentence) is None
+    ):
         return None
     return PreferenceUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq], emphasized=emph)
 
 
 def constraint(sentence: str, seq: int, emph: bool) -> ConstraintUnit | None:
-    if not _hinted(P.HINT_CONSTRAINT, sentence) or P.CONSTRAINT.search(sentence) is None:
+    if (
+        not _hinted(patterns.HINT_CONSTRAINT, sentence)
+        or patterns.CONSTRAINT.search(sentence) is None
+    ):
         return None
-    if is_question(sentence) and not P.REQUEST.search(sentence):
+    if is_question(sentence) and not patterns.REQUEST.search(sentence):
         return None
     # "batch size 必须是 32，学习率设为 3e-4": the second clause is a parameter, not
     # part of the rule (and must not be retired with it when batch size changes).
     clauses = _CLAUSE.split(sentence)
-    kept = [c for c in clauses if P.CONSTRAINT.search(c) or not _sets_parameter(c)]
+    kept = [c for c in clauses if patterns.CONSTRAINT.search(c) or not _sets_parameter(c)]
     text = "，".join(kept) if len(kept) < len(clauses) else sentence
     return ConstraintUnit(text=clip(text, TEXT_CHARS), source_seqs=[seq], emphasized=emph)
 
 
 def _sets_parameter(clause: str) -> bool:
-    stripped = P.ZH_CLAUSE_LEAD.sub("", clause.strip().rstrip("。.!！"))
-    return bool(P.ZH_SET.search(stripped) or P.EN_SET.search(clause) or P.ASSIGN.search(clause))
+    stripped = patterns.ZH_CLAUSE_LEAD.sub("", clause.strip().rstrip("。.!！"))
+    return bool(
+        patterns.ZH_SET.search(stripped)
+        or patterns.EN_SET.search(clause)
+        or patterns.ASSIGN.search(clause)
+    )
 
 
 def _prerequisite_matches(sentence: str) -> list[re.Match[str]]:
-    if not _hinted(P.HINT_PREREQUISITE, sentence):
+    if not _hinted(patterns.HINT_PREREQUISITE, sentence):
         return []
-    return [m for m in P.PREREQUISITE.finditer(sentence) if any(m.groups())]
+    return [m for m in patterns.PREREQUISITE.finditer(sentence) if any(m.groups())]
 
 
 def prerequisites(sentence: str, matches: list[re.Match[str]] | None = None) -> list[str]:
@@ -389,14 +411,14 @@ def _todo_action(text: str, start: int, waits: list[re.Match[str]]) -> str:
     head = text[:cut].rstrip(" ，,；;：:")
     # "once", "after", "等" have been cut at; a dangling connective is not the action.
     head = _TODO_TAIL.sub("", head).strip(" ，,")
-    head = P.TODO_TEXT_LEAD.sub("", head)
+    head = patterns.TODO_TEXT_LEAD.sub("", head)
     return head if len(normalize(head)) >= 2 else text
 
 
 def todo(sentence: str, seq: int, emph: bool) -> TodoUnit | None:
-    if is_question(sentence) or not _hinted(P.HINT_TODO, sentence):
+    if is_question(sentence) or not _hinted(patterns.HINT_TODO, sentence):
         return None
-    m = P.TODO.search(sentence)
+    m = patterns.TODO.search(sentence)
     if m is None:
         return None
     group = next((i for i, g in enumerate(m.groups(), 1) if g), None)
@@ -421,23 +443,26 @@ def todo(sentence: str, seq: int, emph: bool) -> TodoUnit | None:
 
 
 def blocker(sentence: str, seq: int) -> BlockerUnit | None:
-    if is_question(sentence) or not _hinted(P.HINT_BLOCKER, sentence):
+    if is_question(sentence) or not _hinted(patterns.HINT_BLOCKER, sentence):
         return None
-    if P.BLOCKER.search(sentence) is None:
+    if patterns.BLOCKER.search(sentence) is None:
         return None
     return BlockerUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])
 
 
 def decision(sentence: str, seq: int) -> DecisionUnit | None:
-    if is_question(sentence) or not _hinted(P.HINT_DECISION, sentence):
+    if is_question(sentence) or not _hinted(patterns.HINT_DECISION, sentence):
         return None
-    if P.DECISION.search(sentence) is None:
+    if patterns.DECISION.search(sentence) is None:
         return None
     return DecisionUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])
 
 
 def user_pending(sentence: str, seq: int) -> PendingUnit | None:
-    if not _hinted(P.HINT_USER_PENDING, sentence) or P.USER_PENDING.search(sentence) is None:
+    if (
+        not _hinted(patterns.HINT_USER_PENDING, sentence)
+        or patterns.USER_PENDING.search(sentence) is None
+    ):
         return None
     return PendingUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])
 

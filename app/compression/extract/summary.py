@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from app.compression.extract import sentence as S
 from app.compression.extract.changes import reversal, value_change
+from app.compression.extract.sentence import is_noise, is_social
 from app.compression.ledger import tool_kind
 from app.compression.state import ActionUnit, ParameterUnit, SummaryUnit, TaskState, Unit
 from app.compression.text import clip, normalize, word_set
@@ -51,7 +51,7 @@ def _score(sentence: str, known: frozenset[str]) -> float:
     """Salience (an obligation, limit or consequence, with figures and names) times
     novelty against the state; 0 for small talk and for sentences with no stake."""
     words = word_set(sentence)
-    if not words or _SOCIAL.search(sentence) or S.is_social(sentence) or S.is_noise(sentence):
+    if not words or _SOCIAL.search(sentence) or is_social(sentence) or is_noise(sentence):
         return 0.0
     stakes = len(_WEIGHT.findall(sentence))
     if not stakes:

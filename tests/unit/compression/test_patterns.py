@@ -7,34 +7,34 @@ from pathlib import Path
 
 import pytest
 
-from app.compression.extract import patterns as P
+from app.compression.extract import patterns
 from app.compression.extract.rules import split_sentences
 
 from . import test_extract_rules, test_session
 
 _PAIRS = [
-    (P.HINT_CONSTRAINT, P.CONSTRAINT),
-    (P.HINT_GOAL, P.GOAL_EXPLICIT),
-    (P.HINT_PREFERENCE, P.PREFERENCE),
-    (P.HINT_TODO, P.TODO),
-    (P.HINT_PREREQUISITE, P.PREREQUISITE),
-    (P.HINT_DECISION, P.DECISION),
-    (P.HINT_USER_PENDING, P.USER_PENDING),
-    (P.HINT_TODO_DONE, P.TODO_DONE),
-    (P.HINT_BLOCKER, P.BLOCKER),
-    (P.HINT_REVOKE, P.REVOKE),
-    (P.HINT_CHITCHAT, P.CHITCHAT),
-    *((P.HINT_HIGH_STAKES, pattern) for _, pattern in P.HIGH_STAKES),
+    (patterns.HINT_CONSTRAINT, patterns.CONSTRAINT),
+    (patterns.HINT_GOAL, patterns.GOAL_EXPLICIT),
+    (patterns.HINT_PREFERENCE, patterns.PREFERENCE),
+    (patterns.HINT_TODO, patterns.TODO),
+    (patterns.HINT_PREREQUISITE, patterns.PREREQUISITE),
+    (patterns.HINT_DECISION, patterns.DECISION),
+    (patterns.HINT_USER_PENDING, patterns.USER_PENDING),
+    (patterns.HINT_TODO_DONE, patterns.TODO_DONE),
+    (patterns.HINT_BLOCKER, patterns.BLOCKER),
+    (patterns.HINT_REVOKE, patterns.REVOKE),
+    (patterns.HINT_CHITCHAT, patterns.CHITCHAT),
+    *((patterns.HINT_HIGH_STAKES, pattern) for _, pattern in patterns.HIGH_STAKES),
     *(
-        (P.HINT_PARAMETER, p)
+        (patterns.HINT_PARAMETER, p)
         for p in (
-            P.ZH_SET,
-            P.EN_SET,
-            P.EN_SHOULD_BE,
-            P.EN_USE_AS,
-            P.INSTEAD_OF,
-            P.ASSIGN,
-            P.COLON_PAIR,
+            patterns.ZH_SET,
+            patterns.EN_SET,
+            patterns.EN_SHOULD_BE,
+            patterns.EN_USE_AS,
+            patterns.INSTEAD_OF,
+            patterns.ASSIGN,
+            patterns.COLON_PAIR,
         )
     ),
 ]
