@@ -94,7 +94,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.core.config import is_loopback
-    from app.main import create_app
+    from app.wiring import create_app
 
     settings = settings.model_copy(
         update={k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}

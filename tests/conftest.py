@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
-from app.main import create_app
 from app.stores.embedded import throwaway_embedded
 from app.stores.engine import make_engine
 from app.stores.migrate import upgrade_to_head
+from app.wiring import create_app
 
 TEMPLATE = "mnemo_template"
 

@@ -101,7 +101,7 @@ async def test_empty_and_malformed_bodies(client: httpx.AsyncClient) -> None:
 
 
 async def test_limits_are_413_and_say_the_limit(db_url: str, engine: AsyncEngine) -> None:
-    from app.main import create_app
+    from app.wiring import create_app
 
     settings = make_settings(
         db_url, max_messages_per_request=3, max_content_chars=100, max_body_bytes=2048
@@ -131,7 +131,7 @@ async def test_a_streamed_body_over_the_limit_is_413_without_a_content_length(
 ) -> None:
     """Chunked upload, no Content-Length to refuse up front: the limit is counted as the
     body arrives, and the request is refused before the app has stored anything."""
-    from app.main import create_app
+    from app.wiring import create_app
 
     app = create_app(make_settings(db_url, max_body_bytes=2048), database_url=db_url, engine=engine)
     sent = 0

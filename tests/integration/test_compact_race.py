@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.main import create_app
 from app.stores import queue
+from app.wiring import create_app
 from tests.conftest import make_settings
 
 SMALL_WINDOW = {

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.tokens import count_messages_tokens
 from app.core.turns import TurnView
-from app.main import create_app
+from app.wiring import create_app
 from tests.conftest import make_settings
 from tests.unit.compression.test_session import EN_SESSION, ZH_SESSION
 

@@ -15,8 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
-from app.main import create_app
-from app.wiring import build_worker
+from app.wiring import build_worker, create_app
 from tests.conftest import make_settings, post_turns
 from tests.fakes.openai_server import serve_scripted_llm, slow
 

@@ -118,11 +118,11 @@ PLAN = st.lists(
 
 
 async def _check_isolation(db_url: str, plan: list, query: list[str]) -> None:
-    from app.main import create_app
     from app.memories.bm25 import index_terms, search_terms
     from app.stores import memories as repo
     from app.stores import sessions
     from app.stores.engine import make_engine
+    from app.wiring import create_app
     from tests.conftest import make_settings
 
     engine = make_engine(db_url, pool_size=2)

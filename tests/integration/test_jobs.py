@@ -51,7 +51,7 @@ def worker(engine: AsyncEngine, settings: Settings, handlers: dict, name: str = 
 async def test_trigger_enqueues_one_compression_in_the_ingest_transaction(
     db_url: str, engine: AsyncEngine
 ) -> None:
-    from app.main import create_app
+    from app.wiring import create_app
 
     settings = make_settings(
         db_url,

@@ -136,9 +136,9 @@ async def test_memories_are_tenant_and_user_scoped(
 async def test_vectors_of_another_model_are_refused_until_reembedded(
     client: httpx.AsyncClient, engine: AsyncEngine, db_url: str
 ) -> None:
-    from app.main import create_app
     from app.providers.embed import EmbeddingModelMismatch, HashEmbedder
     from app.services.memories import reembed
+    from app.wiring import create_app
 
     m = await remember(client, "u", "Likes green tea.")
     await drain(engine, db_url)

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.main import create_app
+from app.wiring import create_app
 from tests.conftest import make_settings
 
 
