@@ -75,7 +75,7 @@ def build_handlers(
         if record.dropped_units:
             metrics.units_dropped.inc(record.dropped_units)
 
-    compression = CompressionDeps(
+    compression_deps = CompressionDeps(
         settings=settings,
         fallback=IsolatedRuleExtractor(deadline_s=settings.extraction_deadline_s),
         primary=primary,
@@ -84,7 +84,7 @@ def build_handlers(
     )
     handlers: dict[str, Handler] = {
         recount_tokens.kind: recount_tokens.bind(None),
-        compress.kind: compress.bind(compression),
+        compress.kind: compress.bind(compression_deps),
     }
     if embedder is not None:
         memory = MemoryDeps(settings=settings, embedder=embedder)
