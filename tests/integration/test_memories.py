@@ -228,3 +228,79 @@ async def test_heavy_users_search_through_hnsw_and_always_get_k(
                 .all()
             )
             assert {m.id for m in found} <= set(ids)
+
+
+async def test_a_heavy_user_whose_hnsw_answer_comes_back_short_is_topped_up_exactly(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The HNSW path filters by user inside the index scan and may still stop short
+    (scan budget spent on other users' rows): the search then answers exactly, never
+    with fewer than k. Provoked at test size by making the query's neighbourhood
+    other users' rows, a scan budget of one tuple, and a planner that may only take
+    the HNSW index (checked with EXPLAIN, so the test cannot pass on another plan)."""
+    import random
+
+    from app.memories import repo as memory_repo
+    from app.memories.embed import l2_normalize
+
+    monkeypatch.setattr(memory_repo, "EXACT_SCAN_MAX", 20)
+    monkeypatch.setattr(memory_repo, "HNSW_EF_SEARCH", 1)
+    monkeypatch.setattr(memory_repo, "HNSW_MAX_SCAN_TUPLES", 1)
+    rng = random.Random(11)
+    axis = [1.0] + [0.0] * 511
+
+    def near(sign: float) -> list[float]:
+        return l2_normalize([sign * a * 8 + rng.gauss(0, 0.3) for a in axis])
+
+    async with engine.begin() as conn:
+        heavy, *others = [
+            await memory_repo.ensure_user(conn, tenant="default", user=f"h{i}") for i in range(6)
+        ]
+        for user_pk in [heavy, *others]:
+            for j in range(30):
+                mid = await memory_repo.insert_memory(
+                    conn,
+                    tenant="default",
+                    user_pk=user_pk,
+                    kind="fact",
+                    text_=f"m{j}",
+                    text_key=f"{user_pk}-{j}",
+                    pinned=False,
+                    ttl_days=None,
+                    source={},
+                    metadata={},
+                    terms=[],
+                )
+                # The heavy user's rows lie opposite the query, everyone else's around it.
+                vector = near(-1.0 if user_pk == heavy else 1.0)
+                await memory_repo.set_embedding(
+                    conn, memory_id=mid, embedding=vector, model="hash-ngram-v1"
+                )
+        await conn.execute(text("ANALYZE memories"))
+    query = near(1.0)
+    params = {
+        "user_pk": heavy,
+        "q": memory_repo.vector_literal(query),
+        "model": "hash-ngram-v1",
+        "k": 10,
+        "kind": None,
+    }
+    async with engine.begin() as conn:
+        # Only the HNSW index can order by distance now (no bitmap, no sort).
+        await conn.execute(text("SET LOCAL enable_bitmapscan = off"))
+        await conn.execute(text("SET LOCAL enable_sort = off"))
+        await conn.execute(memory_repo.HNSW_SETTINGS, {"ef_search": "1", "max_scan": "1"})
+        plan = "\n".join(
+            (await conn.execute(text("EXPLAIN " + str(memory_repo.VECTOR_HNSW)), params))
+            .scalars()
+            .all()
+        )
+        assert "memories_embedding_hnsw_idx" in plan, plan
+        short = (await conn.execute(memory_repo.VECTOR_HNSW, params)).all()
+        assert len(short) < 10  # the premise: the index path alone comes back short
+        found = await memory_repo.vector_search(
+            conn, user_pk=heavy, query=query, model="hash-ngram-v1", k=10
+        )
+        exact = (await conn.execute(memory_repo.VECTOR_EXACT, params)).all()
+    assert len(found) == 10
+    assert [m.id for m in found] == [r.id for r in exact]
