@@ -6,6 +6,8 @@ normalising the evidence and hiding every label; ``importer`` posts it to a
 running service, resumably; ``baselines`` are BM25 and dense retrieval over the
 raw turns; ``scoring`` turns ranked results into recall and answer presence;
 ``runner`` is the flow both command lines share (``bench.locomo``,
-``bench.longmemeval``); ``offline`` replays Mnemo's retrieval in-process to
-measure what a change in ``app/memories/`` would do.
+``bench.longmemeval``). To measure a change of the read path before landing it,
+keep the imported database (``--keep-data``) and rerun against it with
+``--no-baselines``: the import is resumed (nothing re-posted or re-indexed) and
+the questions are asked of the changed code.
 """
