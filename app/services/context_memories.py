@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compression.render import detect_language
 from app.core.tokens import count_tokens
+from app.memories.bm25 import index_terms, search_terms
 from app.memories.fuse import mmr_by
 from app.memories.gate import build_query, needs_retrieval
 from app.memories.when import date_label
@@ -43,13 +44,17 @@ from app.stores.memories import MemoryRow
 
 HEADERS = {"en": "## Long-term memory", "zh": "## 长期记忆"}
 PINNED = {"en": "pinned", "zh": "置顶"}
-# A turn reached through an episode hit is worth this share of the hit; the other
-# half of a split question/answer pair this share of the turn that was hit.
+# A turn reached through an episode hit is worth a share of the hit: the whole of it
+# for the turn that matches the query's words best, EPISODE_FLOOR for one that shares
+# none of them, EPISODE_SHARE each when the episode matched by meaning alone. The other
+# half of a split question/answer pair is worth PAIR_SHARE of the turn that was hit.
 EPISODE_SHARE = 0.5
+EPISODE_FLOOR = 0.25
 PAIR_SHARE = 0.8
 # Candidates per retrieval list: about one per this many tokens of budget.
 TOKENS_PER_CANDIDATE = 25
 MIN_CANDIDATES = 20
+MIN_SEARCH = 40
 MAX_CANDIDATES = 200
 # Turns fetched to show episode hits and pairs: about one per this many tokens.
 TOKENS_PER_FETCHED_TURN = 12
@@ -57,7 +62,7 @@ TOKENS_PER_FETCHED_TURN = 12
 # this share of the best match comes in: the block does not fill up with loose matches.
 IMPLICIT_FLOOR = 0.5
 # Turns are picked by value / tokens ** this: 0 is by value alone, 1 by value per token.
-DENSITY_EXPONENT = 1.0
+DENSITY_EXPONENT = 0.5
 # Turns up to this long count as this long: a one-liner is not worth more than a
 # sentence of evidence for being short.
 DENSITY_FLOOR_TOKENS = 128
@@ -81,8 +86,9 @@ class MemoryRequest:
 
 
 def top_k_for(budget_tokens: int, floor: int) -> int:
-    """How many candidates a budget can use: the budget decides, not a constant."""
-    return max(floor, min(MAX_CANDIDATES, budget_tokens // TOKENS_PER_CANDIDATE))
+    """How many candidates a budget can use: the budget decides, not a constant; a
+    small budget still looks at MIN_SEARCH ones, to pick the densest evidence."""
+    return max(floor, MIN_SEARCH, min(MAX_CANDIDATES, budget_tokens // TOKENS_PER_CANDIDATE))
 
 
 @dataclasses.dataclass
@@ -157,7 +163,7 @@ async def memory_block(
     found = [m for m in found if _visible(m, request)]
     seen = {m.id for m in pinned}
     facts = [m for m in found if m.kind != "episode" and m.id not in seen]
-    turns, whole = await _turns(conn, request, [m for m in found if m.kind == "episode"])
+    turns, whole = await _turns(conn, request, [m for m in found if m.kind == "episode"], query)
     language = detect_language([query, *(t.row.text for t in turns[:5])])
     now = datetime.now(UTC)
     if request.explicit_query is None and turns:
@@ -181,13 +187,18 @@ def _visible(m: MemoryRow, request: MemoryRequest) -> bool:
 
 
 async def _turns(
-    conn: AsyncConnection, request: MemoryRequest, hits: Sequence[MemoryRow]
+    conn: AsyncConnection, request: MemoryRequest, hits: Sequence[MemoryRow], query: str
 ) -> tuple[list[_Turn], list[MemoryRow]]:
-    """Episode and turn hits as turns valued by their best hit, in pick order; and the
-    episodes that have no turn rows (indexed before turns were), to show whole."""
-    by_key: dict[tuple[int, int], _Turn] = {}
-    wanted: dict[tuple[int, int], float] = {}  # turns to fetch, and the value they get
-    direct: list[_Turn] = []
+    """Episode and turn hits as turns valued by what points at them, in pick order; and
+    the episodes that have no turn rows (indexed before turns were), to show whole.
+
+    A turn's value adds up its signals, as rank fusion does: its own hit (both legs
+    fused), and the best of two indirect ones: the episode it is part of (shared by the
+    episode's turns after their own match with the query, so that the turn that made the
+    episode match is worth the episode, and its small talk half of it or less), and a
+    hit on the other half of its question/answer pair."""
+    direct: dict[tuple[int, int], _Turn] = {}
+    indirect: dict[tuple[int, int], float] = {}  # turns to fetch, and their indirect value
     episodes: list[MemoryRow] = []
     for m in hits:
         score = m.score or 0.0
@@ -195,45 +206,62 @@ async def _turns(
             continue
         if _is_turn(m):
             [seq] = _seqs(m)[:1] or [0]
-            turn = by_key.get((m.session_id, seq))
-            if turn is None:
-                turn = by_key[(m.session_id, seq)] = _Turn(m, score, m.session_id, seq)
-                direct.append(turn)
+            direct.setdefault((m.session_id, seq), _Turn(m, score, m.session_id, seq))
             continue
         episodes.append(m)
         for seq in _seqs(m):
             key = (m.session_id, seq)
-            wanted[key] = max(wanted.get(key, 0.0), score * EPISODE_SHARE)
+            indirect[key] = max(indirect.get(key, 0.0), score)
     # Fetch no more turns than the budget could show (best first), and the neighbours
     # of the turns that were hit, for split question/answer pairs.
-    priority = dict(wanted)
-    for turn in direct:
+    priority = {k: v * EPISODE_SHARE for k, v in indirect.items()}
+    for turn in direct.values():
         for seq in (turn.seq - 1, turn.seq + 1):
             key = (turn.session_pk, seq)
-            wanted.setdefault(key, 0.0)
             priority[key] = max(priority.get(key, 0.0), turn.value * PAIR_SHARE)
-    missing = sorted((k for k in wanted if k not in by_key), key=lambda k: -priority[k])
+    missing = sorted((k for k in priority if k not in direct), key=lambda k: -priority[k])
     missing = missing[: max(MIN_CANDIDATES, request.budget_tokens // TOKENS_PER_FETCHED_TURN)]
+    by_key = {k: _Turn(t.row, t.value, *k) for k, t in direct.items()}
     for row in await repo.turn_memories(conn, user_pk=request.user_pk, pairs=missing):
         if row.session_id is None or not _visible(row, request):
             continue
         key = (row.session_id, _seqs(row)[0])
-        by_key[key] = _Turn(row, 0.0, *key)
-    for key, value in wanted.items():
-        if key in by_key:
-            by_key[key].value = max(by_key[key].value, value)
-    for turn in direct:
-        before, after = (
-            by_key.get((turn.session_pk, turn.seq - 1)),
-            by_key.get((turn.session_pk, turn.seq + 1)),
-        )
+        by_key.setdefault(key, _Turn(row, 0.0, *key))
+    extra = _episode_values(episodes, by_key, query)
+    for turn in direct.values():
+        before = by_key.get((turn.session_pk, turn.seq - 1))
+        after = by_key.get((turn.session_pk, turn.seq + 1))
         if after is not None and _asks(turn.row):
-            after.value = max(after.value, turn.value * PAIR_SHARE)
+            extra[after.key] = max(extra.get(after.key, 0.0), turn.value * PAIR_SHARE)
         if before is not None and _asks(before.row):
-            before.value = max(before.value, turn.value * PAIR_SHARE)
+            extra[before.key] = max(extra.get(before.key, 0.0), turn.value * PAIR_SHARE)
+    for key, value in extra.items():
+        if key in by_key:
+            by_key[key].value += value
     whole = [m for m in episodes if not any((m.session_id, s) in by_key for s in _seqs(m))]
     ranked = sorted((t for t in by_key.values() if t.value > 0), key=lambda t: -t.density)
     return _diversify(ranked), whole
+
+
+def _episode_values(
+    episodes: Sequence[MemoryRow], turns: dict[tuple[int, int], _Turn], query: str
+) -> dict[tuple[int, int], float]:
+    """What each turn gets from the best episode hit it is part of: the episode's score
+    times the turn's share, from 1 for the turn that shares the most of the query's
+    words down to EPISODE_FLOOR for one that shares none (EPISODE_SHARE each when no
+    turn shares any: the episode was found by meaning)."""
+    asked = set(search_terms(query))
+    out: dict[tuple[int, int], float] = {}
+    for m in episodes:
+        keys = [(m.session_id or 0, seq) for seq in _seqs(m)]
+        matches = {k: len(asked & set(index_terms(turns[k].row.text))) for k in keys if k in turns}
+        best = max(matches.values(), default=0)
+        for key, match in matches.items():
+            share = (
+                EPISODE_SHARE if best == 0 else EPISODE_FLOOR + (1 - EPISODE_FLOOR) * match / best
+            )
+            out[key] = max(out.get(key, 0.0), (m.score or 0.0) * share)
+    return out
 
 
 def _diversify(ranked: list[_Turn]) -> list[_Turn]:
