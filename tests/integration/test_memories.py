@@ -240,8 +240,8 @@ async def test_a_heavy_user_whose_hnsw_answer_comes_back_short_is_topped_up_exac
     the HNSW index (checked with EXPLAIN, so the test cannot pass on another plan)."""
     import random
 
-    from app.memories import repo as memory_repo
-    from app.memories.embed import l2_normalize
+    from app.memories.vectors import l2_normalize
+    from app.stores import memories as memory_repo
 
     monkeypatch.setattr(memory_repo, "EXACT_SCAN_MAX", 20)
     monkeypatch.setattr(memory_repo, "HNSW_EF_SEARCH", 1)
