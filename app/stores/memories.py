@@ -169,14 +169,6 @@ LIST_MEMORIES = text(f"""
     LIMIT :limit
 """)
 
-# user_live_count: how many live memories a user has, counted no further than needed
-# to choose the search path.
-USER_LIVE_COUNT = text(f"""
-    SELECT count(*) FROM (
-        SELECT 1 FROM memories WHERE user_id = :user_pk AND superseded_by IS NULL
-        LIMIT {EXACT_SCAN_MAX + 1}) AS bounded
-""")
-
 # vector_exact: exact cosine ranking over one user's live memories (btree on user_id).
 # The "+ 0" keeps the planner off the HNSW index: this path is meant to be exact.
 VECTOR_EXACT = text(f"""
@@ -188,6 +180,27 @@ VECTOR_EXACT = text(f"""
       AND (m.expires_at IS NULL OR m.expires_at > now())
     ORDER BY (m.embedding <=> :q) + 0
     LIMIT :k
+""")
+
+# vector_routed: the user's live count (bounded) and, for an ordinary user, the exact
+# ranking: the common case in one round trip. A heavy user gets one row (live count,
+# NULL memory) and is searched through HNSW.
+VECTOR_ROUTED = text(f"""
+    WITH live AS MATERIALIZED (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM memories WHERE user_id = :user_pk AND superseded_by IS NULL
+            LIMIT CAST(:exact_max AS integer) + 1) AS bounded)
+    SELECT live.n AS live, e.*
+    FROM live LEFT JOIN LATERAL (
+        SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> :q) AS score
+        FROM memories m
+        WHERE live.n <= CAST(:exact_max AS integer)
+          AND m.user_id = :user_pk AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
+          AND m.embedding_model = :model
+          AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
+          AND (m.expires_at IS NULL OR m.expires_at > now())
+        ORDER BY (m.embedding <=> :q) + 0
+        LIMIT :k) AS e ON true
 """)
 
 # vector_hnsw: approximate, filtered inside the index scan (pgvector iterative scan).
@@ -221,6 +234,8 @@ SEQSCAN_BACK_ON = text("SELECT set_config('enable_seqscan', 'on', true)")
 # memories, the average length is taken over the memories that matched. Rare terms (a
 # name, an id) outweigh common ones; a repeated term saturates (k1); long memories
 # are normalised (b). Superseded and expired memories are left out after scoring.
+# The one-row CTEs are MATERIALIZED: inlined, the planner (expecting one posting)
+# recounted the user's memories once per posting (36 of 38 ms for a 1,000-row user).
 BM25_K1 = 1.2
 BM25_B = 0.75
 LEXICAL = text(f"""
@@ -228,12 +243,12 @@ LEXICAL = text(f"""
         SELECT memory_id, term, tf, dl FROM memory_terms
         WHERE user_id = :user_pk AND term = ANY(CAST(:terms AS text[]))
           AND (CAST(:kind AS text) IS NULL OR kind = :kind)),
-    total AS (
+    total AS MATERIALIZED (
         SELECT count(*)::float AS n FROM memories m
         WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
           AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)),
-    df AS (SELECT term, count(*)::float AS n FROM p GROUP BY term),
-    avgdl AS (
+    df AS MATERIALIZED (SELECT term, count(*)::float AS n FROM p GROUP BY term),
+    avgdl AS MATERIALIZED (
         SELECT greatest(avg(dl), 1)::float AS v FROM (SELECT DISTINCT memory_id, dl FROM p) d),
     scored AS (
         SELECT p.memory_id AS id, sum(
@@ -382,10 +397,10 @@ async def vector_search(
 ) -> list[MemoryRow]:
     """The user's k nearest live memories; exact for ordinary users (see module doc)."""
     params = {"user_pk": user_pk, "q": query, "model": model, "k": k, "kind": kind}
-    count = (await conn.execute(USER_LIVE_COUNT, {"user_pk": user_pk})).scalar_one()
+    routed = (await conn.execute(VECTOR_ROUTED, {**params, "exact_max": EXACT_SCAN_MAX})).all()
+    count = int(routed[0].live)
     if count <= EXACT_SCAN_MAX:
-        rows = (await conn.execute(VECTOR_EXACT, params)).all()
-        return [_row(r, float(r.score)) for r in rows]
+        return [_row(r, float(r.score)) for r in routed if r.id is not None]
     await conn.execute(
         HNSW_SETTINGS,
         {"ef_search": str(max(HNSW_EF_SEARCH, k)), "max_scan": str(HNSW_MAX_SCAN_TUPLES)},

