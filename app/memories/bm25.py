@@ -15,6 +15,7 @@ linguistic stems do not — queries and memories go through the same function.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from app.memories.lexical import lexical_terms
 
@@ -59,3 +60,22 @@ def search_terms(text: str, *, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
     """A query's distinct terms, as ``index_terms`` writes them; capped (a pasted
     document must not turn the GIN lookup into a scan of every memory)."""
     return list(dict.fromkeys(index_terms(text)))[:max_terms]
+
+
+def term_matcher(query: str) -> Callable[[str], int]:
+    """How many of ``query``'s search terms a text contains, fast enough for every turn
+    of every candidate episode on the /context path: one regex pass per text, an
+    English stem counting where it starts a word ("paint" in "Painting"), a CJK bigram
+    or an identifier wherever it occurs. An approximation of ``index_terms`` (a stem
+    also starts longer words), used to share an episode's score among its turns."""
+    terms = search_terms(query)
+    words = [t for t in terms if _PLAIN_WORD.fullmatch(t)]
+    others = [t for t in terms if not _PLAIN_WORD.fullmatch(t)]
+    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, words)) + ")") if words else None
+
+    def count(text: str) -> int:
+        folded = text.lower()
+        found = {m.group() for m in pattern.finditer(folded)} if pattern else set()
+        return len(found) + sum(1 for t in others if t in folded)
+
+    return count

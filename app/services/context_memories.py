@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compression.render import detect_language
 from app.core.tokens import count_tokens
-from app.memories.bm25 import index_terms, search_terms
+from app.memories.bm25 import search_terms, term_matcher
 from app.memories.fuse import mmr_by, rrf_extend
 from app.memories.gate import build_query, needs_retrieval
 from app.memories.hops import seed_terms
@@ -281,11 +281,15 @@ def _episode_values(
     times the turn's share, from 1 for the turn that shares the most of the query's
     words down to EPISODE_FLOOR for one that shares none (EPISODE_SHARE each when no
     turn shares any: the episode was found by meaning)."""
-    asked = set(search_terms(query))
+    matched = term_matcher(query)
+    counts: dict[tuple[int, int], int] = {}
     out: dict[tuple[int, int], float] = {}
     for m in episodes:
-        keys = [(m.session_id or 0, seq) for seq in _seqs(m)]
-        matches = {k: len(asked & set(index_terms(turns[k].row.text))) for k in keys if k in turns}
+        keys = [(m.session_id or 0, seq) for seq in _seqs(m) if (m.session_id or 0, seq) in turns]
+        for key in keys:
+            if key not in counts:
+                counts[key] = matched(turns[key].row.text)
+        matches = {key: counts[key] for key in keys}
         best = max(matches.values(), default=0)
         for key, match in matches.items():
             share = (
@@ -305,7 +309,8 @@ def _diversify(ranked: list[_Turn]) -> list[_Turn]:
 
     def similarity(a: tuple[int, int], b: tuple[int, int]) -> float:
         wa, wb = words[a], words[b]
-        return len(wa & wb) / len(wa | wb) if wa or wb else 0.0
+        shared = len(wa & wb)  # Jaccard without building the union
+        return shared / (len(wa) + len(wb) - shared) if wa or wb else 0.0
 
     order = mmr_by(
         [(t.key, t.density / top) for t in head],

@@ -34,3 +34,15 @@ def test_index_terms_keep_repeats_and_search_terms_do_not() -> None:
     assert {"order-123", "order", "123", "花生", "过敏"} <= set(terms)
     query = search_terms("tomatoes and tomatoes")
     assert query == ["tomato"]
+
+
+def test_term_matcher_counts_the_query_terms_a_text_has() -> None:
+    from app.memories.bm25 import term_matcher
+
+    count = term_matcher("Which paintings did the twins sell in 上周, order K7-22?")
+    # paint, twin, 上周 and the id (whole, and its parts k7 and 22); not sell, not order
+    assert count("Painting sold well; the twins were happy. 上周 K7-22 shipped.") == 6
+    assert count("Nothing relevant here at all.") == 0
+    # A stem counts once however often it occurs, and only where it starts a word.
+    assert count("repainting, repaint, unpainted") == 0
+    assert count("paint paint paintings") == 1

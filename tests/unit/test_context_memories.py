@@ -1,0 +1,75 @@
+"""How /context values evidence turns reached through an episode hit (pure parts)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from app.services import context_memories as cm
+from app.stores.memories import MemoryRow
+
+WHEN = datetime(2024, 3, 1, tzinfo=UTC)
+
+
+def row(mid: int, text: str, seqs: list[int], *, turn: bool, score: float = 0.0) -> MemoryRow:
+    return MemoryRow(
+        id=mid,
+        kind="episode",
+        text=text,
+        pinned=False,
+        source={"seqs": seqs},
+        metadata={"granularity": "turn"} if turn else {},
+        created_at=WHEN,
+        last_confirmed_at=WHEN,
+        times_confirmed=1,
+        expires_at=None,
+        superseded_by=None,
+        session_id=7,
+        embedding_model=None,
+        score=score,
+    )
+
+
+def turns(*texts: str) -> dict[tuple[int, int], cm._Turn]:
+    return {
+        (7, seq): cm._Turn(row(100 + seq, text, [seq], turn=True), 0.0, 7, seq)
+        for seq, text in enumerate(texts, start=1)
+    }
+
+
+def test_the_turn_that_made_an_episode_match_is_worth_the_episode_its_small_talk_less() -> None:
+    held = turns(
+        "Ben: Lovely weather today.",
+        "Ana: For my brother's graduation I bought him a telescope.",
+        "Ben: That sounds great!",
+    )
+    episode = row(1, "whole episode", [1, 2, 3], turn=False, score=0.04)
+    values = cm._episode_values([episode], held, "what did I buy for my brother's graduation")
+    assert values[(7, 2)] == pytest.approx(0.04)
+    assert values[(7, 1)] == values[(7, 3)] == pytest.approx(0.04 * cm.EPISODE_FLOOR)
+
+
+def test_an_episode_found_by_meaning_alone_is_shared_evenly() -> None:
+    held = turns("Ben: Lovely weather today.", "Ana: Indeed, sunny and warm.")
+    episode = row(1, "whole episode", [1, 2], turn=False, score=0.03)
+    values = cm._episode_values([episode], held, "telescope purchase")
+    assert values == {k: pytest.approx(0.03 * cm.EPISODE_SHARE) for k in held}
+
+
+def test_a_turn_keeps_the_best_of_the_episodes_it_is_part_of() -> None:
+    held = turns("Ana: I bought a telescope.", "Ben: Nice.")
+    weak = row(1, "episode a", [1, 2], turn=False, score=0.01)
+    strong = row(2, "episode b", [1], turn=False, score=0.05)
+    values = cm._episode_values([weak, strong], held, "telescope")
+    assert values[(7, 1)] == pytest.approx(0.05)
+    assert values[(7, 2)] == pytest.approx(0.01 * cm.EPISODE_FLOOR)
+
+
+def test_a_long_turn_is_discounted_less_than_in_proportion_to_its_length() -> None:
+    short = cm._Turn(row(1, "Ana: short", [1], turn=True), 0.01, 7, 1)
+    long = cm._Turn(row(2, "Ben: " + "word " * 600, [2], turn=True), 0.03, 7, 2)
+    # Three times the value at ~4.7 times the (floored) length: worth it at sqrt, not
+    # per token (a reply that was hit from two sides must not lose to every one-liner).
+    assert long.density > short.density
+    assert long.value / long.tokens < short.value / cm.DENSITY_FLOOR_TOKENS
