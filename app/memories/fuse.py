@@ -30,17 +30,6 @@ def rrf(rankings: Sequence[Sequence[str]], k: int = 60) -> list[tuple[str, float
     return sorted(scores.items(), key=lambda pair: -pair[1])
 
 
-def rrf_extend(
-    fused: Sequence[tuple[str, float]], ranking: Sequence[str], *, weight: float, k: int = 60
-) -> list[tuple[str, float]]:
-    """``fused`` (from ``rrf``) with one more ranking added at ``weight``: a later, less
-    trusted list (a second search round) lifts what it shares and brings in what is new."""
-    scores = dict(fused)
-    for rank, item in enumerate(dict.fromkeys(ranking), start=1):
-        scores[item] = scores.get(item, 0.0) + weight / (k + rank)
-    return sorted(scores.items(), key=lambda pair: -pair[1])
-
-
 def mmr(
     candidates: Sequence[tuple[str, list[float], float]],
     *,

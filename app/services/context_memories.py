@@ -32,10 +32,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compression.render import detect_language
 from app.core.tokens import count_tokens
-from app.memories.bm25 import search_terms, term_matcher
-from app.memories.fuse import mmr_by, rrf_extend
+from app.memories.bm25 import term_matcher
+from app.memories.fuse import mmr_by
 from app.memories.gate import build_query, needs_retrieval
-from app.memories.hops import seed_terms
 from app.memories.when import date_label
 from app.providers.embed import Embedder
 from app.services.memories import age_label, hybrid_search
@@ -55,7 +54,6 @@ PAIR_SHARE = 0.8
 # Candidates per retrieval list: about one per this many tokens of budget.
 TOKENS_PER_CANDIDATE = 25
 MIN_CANDIDATES = 20
-MIN_SEARCH = 40
 MAX_CANDIDATES = 200
 # Turns fetched to show episode hits and pairs: about one per this many tokens.
 TOKENS_PER_FETCHED_TURN = 12
@@ -67,11 +65,6 @@ DENSITY_EXPONENT = 0.5
 # Turns up to this long count as this long: a one-liner is not worth more than a
 # sentence of evidence for being short.
 DENSITY_FLOOR_TOKENS = 128
-# Multi-hop: the second search round is seeded with up to HOP_TERMS names from the best
-# HOP_SEED_HITS hits of the first, and its list counts HOP_WEIGHT of a first-round list.
-HOP_SEED_HITS = 3
-HOP_TERMS = 4
-HOP_WEIGHT = 0.5
 # MMR reorders the best this many turns (cost grows with its square).
 MMR_DEPTH = 40
 MMR_LAMBDA = 0.8
@@ -92,9 +85,8 @@ class MemoryRequest:
 
 
 def top_k_for(budget_tokens: int, floor: int) -> int:
-    """How many candidates a budget can use: the budget decides, not a constant; a
-    small budget still looks at MIN_SEARCH ones, to pick the densest evidence."""
-    return max(floor, MIN_SEARCH, min(MAX_CANDIDATES, budget_tokens // TOKENS_PER_CANDIDATE))
+    """How many candidates a budget can use: the budget decides, not a constant."""
+    return max(floor, min(MAX_CANDIDATES, budget_tokens // TOKENS_PER_CANDIDATE))
 
 
 @dataclasses.dataclass
@@ -166,8 +158,6 @@ async def memory_block(
             embedder=embedder if (vector is not None or request.explicit_query) else None,
             query_vector=vector,
         )
-        if found and HOP_WEIGHT > 0:
-            found = await _second_round(conn, request, query, found)
     found = [m for m in found if _visible(m, request)]
     seen = {m.id for m in pinned}
     facts = [m for m in found if m.kind != "episode" and m.id not in seen]
@@ -178,29 +168,6 @@ async def memory_block(
         floor = max(t.value for t in turns) * IMPLICIT_FLOOR
         turns = [t for t in turns if t.value >= floor]
     return _render(pinned + facts, whole, turns, request.budget_tokens, language, now)
-
-
-async def _second_round(
-    conn: AsyncConnection, request: MemoryRequest, query: str, found: list[MemoryRow]
-) -> list[MemoryRow]:
-    """Multi-hop: search again (BM25) for the query plus the names the best hits carry
-    and the query lacks (``hops.seed_terms``), and fuse that list in at HOP_WEIGHT."""
-    seeds = seed_terms(query, [m.text for m in found[:HOP_SEED_HITS]], limit=HOP_TERMS)
-    if not seeds:
-        return found
-    ranking = await repo.lexical_search(
-        conn, user_pk=request.user_pk, terms=[*search_terms(query), *seeds], k=request.top_k
-    )
-    rows = {str(m.id): m for m in [*found, *ranking]}
-    fused = rrf_extend(
-        [(str(m.id), m.score or 0.0) for m in found],
-        [str(m.id) for m in ranking],
-        weight=HOP_WEIGHT,
-    )
-    return [
-        dataclasses.replace(rows[mid], score=round(score, 6))
-        for mid, score in fused[: request.top_k]
-    ]
 
 
 def _visible(m: MemoryRow, request: MemoryRequest) -> bool:
