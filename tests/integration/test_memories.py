@@ -242,6 +242,7 @@ async def test_a_heavy_user_whose_hnsw_answer_comes_back_short_is_topped_up_exac
 
     from app.memories.vectors import l2_normalize
     from app.stores import memories as memory_repo
+    from app.stores import sessions
 
     monkeypatch.setattr(memory_repo, "EXACT_SCAN_MAX", 20)
     monkeypatch.setattr(memory_repo, "HNSW_EF_SEARCH", 1)
@@ -254,7 +255,7 @@ async def test_a_heavy_user_whose_hnsw_answer_comes_back_short_is_topped_up_exac
 
     async with engine.begin() as conn:
         heavy, *others = [
-            await memory_repo.ensure_user(conn, tenant="default", user=f"h{i}") for i in range(6)
+            await sessions.ensure_user(conn, tenant="default", user=f"h{i}") for i in range(6)
         ]
         for user_pk in [heavy, *others]:
             for j in range(30):
