@@ -281,7 +281,7 @@ async def test_a_heavy_user_whose_hnsw_answer_comes_back_short_is_topped_up_exac
     query = near(1.0)
     params = {
         "user_pk": heavy,
-        "q": memory_repo.vector_literal(query),
+        "q": query,
         "model": "hash-ngram-v1",
         "k": 10,
         "kind": None,
