@@ -181,7 +181,11 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
             async with engine.begin() as conn:
                 if args.keys_command == "create":
                     key = await keys.create_key(
-                        conn, tenant=args.tenant, scope=args.scope, label=args.label
+                        conn,
+                        tenant=args.tenant,
+                        scope=args.scope,
+                        label=args.label,
+                        agent=args.agent,
                     )
                     print(key)
                     print("store it now: it is not shown again", file=sys.stderr)
@@ -193,10 +197,39 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
                 else:
                     for k in await keys.list_keys(conn):
                         state = f"revoked {k.revoked_at:%Y-%m-%d}" if k.revoked_at else "active"
-                        print(f"{k.id}\t{k.tenant_id}\t{k.scope}\t{state}\t{k.label or ''}")
+                        agent = f"agent={k.agent}" if k.agent else ""
+                        print(
+                            f"{k.id}\t{k.tenant_id}\t{k.scope}\t{state}\t{k.label or ''}\t{agent}"
+                        )
             return 0
         finally:
             await engine.dispose()
+
+    return asyncio.run(run())
+
+
+def cmd_misses(settings: Settings, args: argparse.Namespace) -> int:
+    """Print the miss samples as JSONL: what was needed, the compacted turns it was
+    restored from, the state at the time (for improving rules or training an extractor)."""
+    import json
+
+    from app.stores import misses
+    from app.stores.engine import make_engine
+
+    url = prepare_database(settings)
+
+    async def run() -> int:
+        engine = make_engine(url, pool_size=1)
+        n = 0
+        try:
+            async with engine.connect() as conn:
+                async for sample in misses.export(conn, tenant=args.tenant):
+                    print(json.dumps(sample, ensure_ascii=False))
+                    n += 1
+        finally:
+            await engine.dispose()
+        print(f"{n} samples", file=sys.stderr)
+        return 0
 
     return asyncio.run(run())
 
@@ -244,6 +277,11 @@ def main(argv: list[str] | None = None) -> int:
         "reembed", help="recompute memory vectors made by another embedding model"
     )
     reembed.set_defaults(func=cmd_reembed)
+    misses = sub.add_parser("misses", help="samples of what compression took away too early")
+    misses_sub = misses.add_subparsers(dest="misses_command", required=True)
+    export = misses_sub.add_parser("export", help="print every sample as JSON lines")
+    export.add_argument("--tenant", default=None, help="only this tenant's samples")
+    misses.set_defaults(func=cmd_misses)
     keys = sub.add_parser("keys", help="create, revoke and list API keys")
     keys.set_defaults(func=cmd_keys)
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -251,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     create.add_argument("--tenant", required=True)
     create.add_argument("--scope", choices=["agent", "admin"], default="agent")
     create.add_argument("--label", default=None)
+    create.add_argument(
+        "--agent", default=None, help="bind the key to an agent name (its own sessions only)"
+    )
     revoke = keys_sub.add_parser("revoke", help="revoke a key by its id (mk_<id>_…)")
     revoke.add_argument("key_id")
     keys_sub.add_parser("list", help="list keys (ids, tenants, scopes; never secrets)")

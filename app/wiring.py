@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.api import openapi, problems
 from app.api.limits import BodyLimitMiddleware
 from app.api.middleware import ObservabilityMiddleware
-from app.api.routes import compression, health, memories, sessions
+from app.api.routes import compression, health, memories, misses, sessions, tasks
 from app.compression.audit import CompressionRecord
 from app.compression.extract.isolated import IsolatedRuleExtractor, shared_processes
 from app.compression.extract.llm import LLMExtractor
@@ -75,11 +75,16 @@ def build_handlers(
         if record.dropped_units:
             metrics.units_dropped.inc(record.dropped_units)
 
+    def on_misses(count: int) -> None:
+        if metrics is not None:
+            metrics.misses.labels("reask", "restored").inc(count)
+
     compression_deps = CompressionDeps(
         settings=settings,
         fallback=IsolatedRuleExtractor(deadline_s=settings.extraction_deadline_s),
         primary=primary,
         on_compressed=on_compressed,
+        on_misses=on_misses,
         embedder=embedder,
     )
     handlers: dict[str, Handler] = {
@@ -209,5 +214,7 @@ def create_app(
     app.include_router(sessions.router)
     app.include_router(compression.router)
     app.include_router(memories.router)
+    app.include_router(tasks.router)
+    app.include_router(misses.router)
     openapi.install(app)
     return app

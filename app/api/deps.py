@@ -11,9 +11,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.api.schemas import ID_PATTERN
 from app.core.config import Settings
-from app.core.errors import Forbidden
+from app.core.errors import Forbidden, NotFound
 from app.core.metrics import Metrics
+from app.core.permissions import sees_session
 from app.services.auth import Guard
+from app.stores import tasks as tasks_store
 from app.stores.api_keys import Principal
 
 
@@ -49,6 +51,11 @@ async def get_tenant(principal: Annotated[Principal, Depends(get_principal)]) ->
     return principal.tenant_id
 
 
+async def get_agent(principal: Annotated[Principal, Depends(get_principal)]) -> str | None:
+    """The agent the caller's key is bound to (None: an unbound key)."""
+    return principal.agent
+
+
 async def require_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
     if principal.scope != "admin":
         raise Forbidden("this operation needs a key with the admin scope")
@@ -67,10 +74,17 @@ EngineDep = Annotated[AsyncEngine, Depends(get_engine)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 TenantDep = Annotated[str, Depends(get_tenant)]
+AgentDep = Annotated[str | None, Depends(get_agent)]
 AdminDep = Annotated[Principal, Depends(require_admin)]
 ReadConnDep = Annotated[AsyncConnection, Depends(read_connection)]
 SessionIdPath = Annotated[
     str, Path(pattern=ID_PATTERN, description="Client-chosen session id, 1–128 of [A-Za-z0-9._:@-]")
+]
+TaskIdPath = Annotated[
+    str, Path(pattern=ID_PATTERN, description="Client-chosen task id, 1–128 of [A-Za-z0-9._:@-]")
+]
+AgentPath = Annotated[
+    str, Path(pattern=ID_PATTERN, description="An agent name, 1–128 of [A-Za-z0-9._:@-]")
 ]
 UserIdPath = Annotated[
     str, Path(pattern=ID_PATTERN, description="Client-chosen user id, 1–128 of [A-Za-z0-9._:@-]")
@@ -83,3 +97,16 @@ INT8_MAX = 2**63 - 1  # bigint identity columns (compression_events.id, memories
 SeqQuery = Annotated[int, Query(ge=0, le=INT4_MAX)]
 EventIdPath = Annotated[int, Path(ge=1, le=INT8_MAX, description="A compression event id.")]
 MemoryIdPath = Annotated[int, Path(ge=1, le=INT8_MAX, description="A memory id.")]
+
+
+async def own_session(
+    session_id: SessionIdPath, tenant: TenantDep, agent: AgentDep, engine: EngineDep
+) -> None:
+    """A key bound to an agent reaches only that agent's sessions: another agent's
+    session is 404, as if it did not exist (an unknown one is left to the route)."""
+    if agent is None:
+        return
+    async with engine.connect() as conn:
+        exists, owner = await tasks_store.session_agent(conn, tenant=tenant, session=session_id)
+    if exists and not sees_session(agent, owner):
+        raise NotFound(f"session {session_id!r} not found")

@@ -93,6 +93,17 @@ TURNS_EXAMPLE = {
 REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
     "post_turns": TURNS_EXAMPLE,
     "create_memory": {"text": "Allergic to peanuts.", "kind": "high_stakes", "pinned": True},
+    "create_task": {
+        "task_id": "trip-7",
+        "agents": [
+            {"agent": "planner", "role": "contributor"},
+            {"agent": "booker", "role": "contributor", "sections": ["actions", "artifacts"]},
+            {"agent": "reviewer", "role": "reader"},
+        ],
+    },
+    "set_role": {"role": "contributor", "sections": ["decisions"]},
+    "attach_session": {"session_id": "s-booker-1"},
+    "signal_miss": {"needed": "the customer's loyalty number"},
 }
 
 RESPONSE_EXAMPLES: dict[str, tuple[str, dict[str, Any]]] = {

@@ -615,3 +615,122 @@ class Compacted(EventOut):
     """``wait=true``: the compression is committed; its event."""
 
     status: Literal["compressed"]
+
+
+# ----------------------------------------------------------------------- tasks
+
+AgentName = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+TaskRole = Literal["reader", "contributor"]
+TaskSection = Literal["goal", "constraints", "decisions", "actions", "pending", "artifacts"]
+
+
+class RoleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: TaskRole
+    sections: list[TaskSection] | None = Field(
+        default=None,
+        max_length=6,
+        description="The shared sections a contributor writes; omitted: all of them.",
+    )
+
+
+class AgentRoleIn(RoleIn):
+    agent: AgentName
+
+
+class TaskIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    task_id: Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+    agents: list[AgentRoleIn] = Field(default_factory=list, max_length=100)
+
+
+class AttachIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    session_id: Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+    agent: AgentName | None = Field(
+        default=None,
+        description="The agent the session works for; a key bound to an agent implies it.",
+    )
+
+
+class TaskMemberOut(BaseModel):
+    agent: str
+    role: TaskRole
+    sections: list[TaskSection] | None
+
+
+class TaskSessionOut(BaseModel):
+    session_id: str
+    agent: str | None
+
+
+class TaskOut(BaseModel):
+    task_id: str
+    created_at: datetime
+    updated_at: datetime
+    version: int
+    agents: list[TaskMemberOut]
+    sessions: list[TaskSessionOut]
+
+
+class CreditOut(BaseModel):
+    agent: str
+    session_id: str
+    seq: int = Field(description="The turn of that session the item came from.")
+
+
+class AttributedItem(BaseModel):
+    section: str
+    key: str
+    text: str
+    contributors: list[CreditOut]
+
+
+class SharedStateOut(BaseModel):
+    task_id: str
+    version: int
+    state: dict[str, Any]
+    attribution: list[AttributedItem]
+    rendered: str
+    updated_at: datetime
+
+
+class TaskEventOut(BaseModel):
+    id: int
+    created_at: datetime
+    agent: str
+    session_id: str | None
+    version: int
+    units: int
+    change_summary: str
+
+
+class TaskEventsOut(BaseModel):
+    events: list[TaskEventOut]
+
+
+# ----------------------------------------------------------------------- misses
+
+
+class MissIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    needed: Annotated[Text, StringConstraints(min_length=1, max_length=4000)] = Field(
+        description="What the agent needed and did not find in its context."
+    )
+
+
+class RestoredTurn(BaseModel):
+    seq: int
+    role: str
+    text: str
+
+
+class MissOut(BaseModel):
+    id: int
+    detection: Literal["explicit", "reask", "query"]
+    needed: str
+    restored: list[RestoredTurn] = Field(
+        description="Archived turns pinned back into the state (empty: the archive holds"
+        " nothing that matches)."
+    )
+    state_version: int

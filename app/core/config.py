@@ -51,6 +51,11 @@ class Settings(BaseSettings):
     # Context assembly
     context_max_tokens: int = Field(default=2500, ge=64, le=1_000_000)
     working_window_turns: int = Field(default=3, ge=1, le=100)
+    change_notice: bool = Field(
+        default=True,
+        description="After a compression, show its change summary as one line in the"
+        " task-state block until the next user turn.",
+    )
 
     # Model window, from which the compression threshold is derived:
     # history budget = window - system - tools - reserved output.

@@ -84,6 +84,13 @@ class Metrics:
             "Long-term memories placed into contexts",
             registry=r,
         )
+        self.misses = Counter(
+            "mnemo_misses_total",
+            "Misses: what an agent needed that compression had taken away, by how it was"
+            " detected and whether archived turns were restored",
+            ["detection", "outcome"],
+            registry=r,
+        )
         self.memories_expired = Counter(
             "mnemo_memories_expired_total", "Memories deleted by the TTL sweep", registry=r
         )

@@ -23,16 +23,23 @@ from app.compression.extract.base import Extractor
 from app.compression.extract.fallback import ExtractionResult, extract_with_fallback
 from app.compression.extract.isolated import ExtractionDeadline
 from app.compression.merge import merge, state_texts, unit_texts
+from app.compression.notice import notice_line
 from app.compression.render import detect_language, render_tiers
+from app.compression.restore import Fragment, is_question, reasks, restore, sample_turns
+from app.compression.shared import private_view
 from app.compression.state import Language, TaskState, Unit, dump_units
 from app.compression.triggers import TIER_FRACTIONS, select_turns, tier_for
 from app.core.config import Settings
 from app.core.jobs import JobKind
+from app.core.permissions import Section
 from app.core.tokens import count_tokens
 from app.core.turns import TurnView
+from app.memories.bm25 import index_terms
 from app.providers.embed import Embedder, EmbeddingError
+from app.services import tasks as task_service
 from app.services.jobs import JobContext, job
 from app.stores import compression as repo
+from app.stores import misses as misses_store
 from app.stores import queue
 
 log = logging.getLogger(__name__)
@@ -49,6 +56,8 @@ class CompressionDeps:
     fallback: Extractor
     primary: Extractor | None = None
     on_compressed: Callable[[CompressionRecord], None] | None = None
+    # Misses the compression detected (the agent asking again for a compacted answer).
+    on_misses: Callable[[int], None] | None = None
     # With an embedder, merging also dedups near-paraphrases (semantic_threshold).
     embedder: Embedder | None = None
 
@@ -109,6 +118,19 @@ async def unit_embeddings(
     return dict(zip(texts, vectors, strict=True))
 
 
+def render_state(
+    state: TaskState, *, settings: Settings, shared: Sequence[Section], language: str | None
+) -> list[str]:
+    """The session's own state rendered at shrinking budgets, largest first; without
+    what it contributes to its task's shared state (shown there, once)."""
+    return render_tiers(
+        private_view(state, shared, settings.tool_kinds()) if shared else state,
+        language=language,
+        max_tokens=int(settings.context_max_tokens * STATE_SHARE),
+        tool_kinds=settings.tool_kinds(),
+    )
+
+
 def merged_and_rendered(
     before: TaskState,
     units: list[Unit],
@@ -117,9 +139,11 @@ def merged_and_rendered(
     through_seq: int,
     language: Language,
     vectors: dict[str, Sequence[float]] | None,
+    shared: Sequence[Section] = (),
+    restored: Sequence[Fragment] = (),
 ) -> tuple[TaskState, str, str]:
-    """The merged state, its rendering (the tiers beyond the first kept on the state)
-    and what changed; CPU only, run in a thread."""
+    """The merged state (with ``restored`` archived turns pinned), its rendering (the
+    tiers beyond the first kept on the state) and what changed; CPU only, in a thread."""
     state = merge(
         before,
         units,
@@ -129,12 +153,9 @@ def merged_and_rendered(
         semantic_threshold=settings.semantic_threshold,
         embeddings=vectors,
     )
-    tiers = render_tiers(
-        state,
-        language=language,
-        max_tokens=int(settings.context_max_tokens * STATE_SHARE),
-        tool_kinds=settings.tool_kinds(),
-    )
+    # Archived turns the agent asked for again come back, pinned.
+    state = restore(state, restored, language)
+    tiers = render_state(state, settings=settings, shared=shared, language=language)
     state.renderings = tiers[1:]
     rendered = tiers[0] if tiers else ""
     return state, rendered, diff_summary(before, state, language)
@@ -149,6 +170,8 @@ async def compress(ctx: JobContext, deps: CompressionDeps) -> None:
     trigger = as_trigger(str(ctx.job.payload.get("trigger") or "token_threshold"))
     async with ctx.engine.connect() as conn:
         snap = await repo.snapshot(conn, session_pk=ctx.job.session_id)
+        # What this session writes to its task's shared state is shown there, once.
+        shared = await task_service.private_sections(conn, session_pk=ctx.job.session_id)
     if snap is None:
         return  # the session was deleted meanwhile
     chosen = plan(snap, manual=trigger == "manual", working_window=settings.working_window_turns)
@@ -162,6 +185,11 @@ async def compress(ctx: JobContext, deps: CompressionDeps) -> None:
     )
 
     vectors = await unit_embeddings(deps.embedder, result.units, snap.state)
+    archived: list[TurnView] = []
+    if any(is_question(v) for v in chosen.turns):
+        async with ctx.engine.connect() as conn:
+            archived = await misses_store.compacted_turns(conn, session_pk=snap.session_pk)
+    found = reasks(chosen.turns, archived, index_terms)
 
     state, rendered, change_summary = await asyncio.to_thread(
         merged_and_rendered,
@@ -171,6 +199,8 @@ async def compress(ctx: JobContext, deps: CompressionDeps) -> None:
         through_seq=chosen.turns[-1].seq,
         language=language,
         vectors=vectors,
+        shared=shared,
+        restored=[f for r in found for f in r.fragments],
     )
     by_seq = {view.seq: (pk, ext, tokens) for pk, ext, tokens, view in snap.live}
     taken = [by_seq[v.seq] for v in chosen.turns]
@@ -203,7 +233,33 @@ async def compress(ctx: JobContext, deps: CompressionDeps) -> None:
             rendered_tokens=output_tokens,
             turn_pks=[pk for pk, _, _ in taken],
             record=record,
+            notice=notice_line(change_summary, language),
         )
+        await task_service.contribute_in(
+            conn,
+            session_pk=snap.session_pk,
+            units=result.units,
+            private=state,
+            language=language,
+            settings=task_service.ContributionSettings(
+                decay_factor=settings.decay_factor,
+                max_tokens=int(settings.context_max_tokens * STATE_SHARE),
+                tool_kinds=settings.tool_kinds(),
+            ),
+            event_id=applied.event_id,
+        )
+        for miss in found:
+            seqs = [f.seq for f in miss.fragments]
+            await misses_store.insert_miss(
+                conn,
+                tenant=snap.tenant_id,
+                session_pk=snap.session_pk,
+                detection="reask",
+                needed=miss.question.content or "",
+                restored_seqs=seqs,
+                state=snap.state,
+                turns=sample_turns(archived, seqs),
+            )
         # What outlives the session goes to long-term memory, in its own job.
         await queue.enqueue(
             conn,
@@ -226,3 +282,5 @@ async def compress(ctx: JobContext, deps: CompressionDeps) -> None:
     )
     if deps.on_compressed is not None:
         deps.on_compressed(record)
+    if found and deps.on_misses is not None:
+        deps.on_misses(len(found))

@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.compression.notice import with_notice
 from app.context.pack import Block, RecentTurn, as_text, choose_tier, pack, window_tokens
 from app.core.errors import NotFound
 from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
@@ -100,6 +101,7 @@ async def build_context(
     max_tokens: int,
     query: str | None = None,
     memory: MemoryOptions | None = None,
+    notice: bool = True,
 ) -> Context:
     db = await driver_connection(conn)
     try:
@@ -128,21 +130,24 @@ async def build_context(
     window = window_tokens(
         recent, memory.window_turns if memory else 3, max_tokens - MESSAGE_OVERHEAD_TOKENS
     )
-    tiers = tuple(head["renderings"] or ())
-    state = choose_tier(
-        Block("task_state", head["rendered"], tiers=tiers),
-        max_tokens - MESSAGE_OVERHEAD_TOKENS - window,
+    # A session of a task: the task's shared state first, then the session's own.
+    room = max_tokens - MESSAGE_OVERHEAD_TOKENS - window
+    shared = choose_tier(
+        Block("task_shared", head["shared"], tiers=tuple(head["shared_tiers"] or ())),
+        room,
         count_tokens,
     )
-    blocks = [state]
-    memory_ids: list[int] = []
-    remainder = (
-        max_tokens
-        - MESSAGE_OVERHEAD_TOKENS
-        - window
-        - (count_tokens(state.text + "\n\n") if state.text else 0)
-        - SLACK_TOKENS
+    room -= count_tokens(shared.text + "\n\n") if shared.text else 0
+    # The change notice is the first thing to go: each rendering with it, then without.
+    line = head["notice"] if notice and head["notice"] else ""
+    renderings = [head["rendered"], *(head["renderings"] or ())]
+    options = [v for t in renderings for v in dict.fromkeys((with_notice(t, line), t))]
+    state = choose_tier(
+        Block("task_state", options[0], tiers=tuple(options[1:])), room, count_tokens
     )
+    blocks = [shared, state]
+    memory_ids: list[int] = []
+    remainder = room - (count_tokens(state.text + "\n\n") if state.text else 0) - SLACK_TOKENS
     explicit = query.strip() if query and query.strip() else None
     budget = (
         memory_budget(memory, remainder=remainder, explicit_query=explicit is not None)
@@ -150,6 +155,7 @@ async def build_context(
         else 0
     )
     if memory is not None and head["has_memories"] and budget > 0:
+        hidden = head["hidden"]
         latest = next(
             ((r["seq"], r["content"]) for r in rows if r["role"] == "user" and r["content"]), None
         )
@@ -168,6 +174,8 @@ async def build_context(
                 if memory.memory_k is not None
                 else top_k_for(budget, memory.top_k),
                 oldest_live_seq=min((r["seq"] for r in rows), default=None),
+                hidden_sessions=frozenset(hidden["pks"]),
+                hidden_session_ids=frozenset(hidden["ids"]),
             ),
             embedder=memory.embedder,
         )

@@ -82,6 +82,18 @@ class MemoryRequest:
     top_k: int
     # Own-session memories of turns older than this (compacted away) may come back.
     oldest_live_seq: int | None = None
+    # Sessions of the same user that belong to other agents: what came from them
+    # (their turns, what they promoted) is their private working state.
+    # (Promoted memories name their session by its id in ``source``.)
+    hidden_sessions: frozenset[int] = frozenset()
+    hidden_session_ids: frozenset[str] = frozenset()
+
+
+def _hidden(m: MemoryRow, request: MemoryRequest) -> bool:
+    return (
+        m.session_id in request.hidden_sessions
+        or m.source.get("session_id") in request.hidden_session_ids
+    )
 
 
 def top_k_for(budget_tokens: int, floor: int) -> int:
@@ -141,6 +153,7 @@ async def memory_block(
 ) -> tuple[str, list[MemoryRow]]:
     """The rendered block and the memories in it ('' and [] when there is nothing)."""
     pinned = await repo.pinned_high_stakes(conn, user_pk=request.user_pk)
+    pinned = [m for m in pinned if not _hidden(m, request)]
     found: list[MemoryRow] = []
     query = request.explicit_query or (request.latest_user[1] if request.latest_user else "")
     if request.top_k and needs_retrieval(query):
@@ -173,7 +186,9 @@ async def memory_block(
 def _visible(m: MemoryRow, request: MemoryRequest) -> bool:
     """Another session's memories; this session's only where compacted away, and only
     when asked with an explicit query (restore on miss): its task state and live turns
-    stand for it otherwise."""
+    stand for it otherwise. Never what came from another agent's session."""
+    if _hidden(m, request):
+        return False
     if m.session_id != request.session_pk:
         return True
     if request.explicit_query is None:

@@ -24,11 +24,12 @@ KEY_PATTERN = re.compile(r"^mk_([a-z0-9]{12})_([A-Za-z0-9_-]{20,})$")
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: a tenant, with a scope."""
+    """Who is calling: a tenant, with a scope, and the agent the key is bound to (if any)."""
 
     tenant_id: str
     scope: Scope
     key_id: str | None
+    agent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class KeyInfo:
     label: str | None
     created_at: datetime
     revoked_at: datetime | None
+    agent: str | None = None
 
 
 def hash_key(key: str) -> str:
@@ -52,13 +54,14 @@ def new_key() -> tuple[str, str]:
 
 
 INSERT_KEY = text("""
-    INSERT INTO api_keys (id, tenant_id, scope, key_hash, label)
-    VALUES (:id, :tenant, :scope, :hash, :label)
+    INSERT INTO api_keys (id, tenant_id, scope, key_hash, label, agent)
+    VALUES (:id, :tenant, :scope, :hash, :label, :agent)
 """)
 
 # key_by_id: an active key by its public id.
 KEY_BY_ID = text("""
-    SELECT id, tenant_id, scope, key_hash FROM api_keys WHERE id = :id AND revoked_at IS NULL
+    SELECT id, tenant_id, scope, key_hash, agent
+    FROM api_keys WHERE id = :id AND revoked_at IS NULL
 """)
 
 # keys_ever_created: auth is on for good once a key has existed. Revoking the last
@@ -80,20 +83,28 @@ BOOTSTRAP_KEY = text("""
 """)
 
 LIST_KEYS = text("""
-    SELECT id, tenant_id, scope, label, created_at, revoked_at FROM api_keys ORDER BY created_at
+    SELECT id, tenant_id, scope, label, created_at, revoked_at, agent
+    FROM api_keys ORDER BY created_at
 """)
 
 
 async def create_key(
-    conn: AsyncConnection, *, tenant: str, scope: Scope, label: str | None = None
+    conn: AsyncConnection,
+    *,
+    tenant: str,
+    scope: Scope,
+    label: str | None = None,
+    agent: str | None = None,
 ) -> str:
+    """A new key of ``tenant``; bound to ``agent`` it reaches only that agent's
+    sessions and the tasks the agent is a member of (``app.core.permissions``)."""
     if not TENANT_PATTERN.match(tenant):
         raise ValueError("tenant: 1–128 characters of [A-Za-z0-9._:@-]")
+    if agent is not None and not TENANT_PATTERN.match(agent):
+        raise ValueError("agent: 1–128 characters of [A-Za-z0-9._:@-]")
     key_id, key = new_key()
-    await conn.execute(
-        INSERT_KEY,
-        {"id": key_id, "tenant": tenant, "scope": scope, "hash": hash_key(key), "label": label},
-    )
+    params = {"id": key_id, "tenant": tenant, "scope": scope, "hash": hash_key(key)}
+    await conn.execute(INSERT_KEY, {**params, "label": label, "agent": agent})
     return key
 
 
@@ -115,7 +126,7 @@ async def authenticate(conn: AsyncConnection, key: str) -> Principal | None:
     row = (await conn.execute(KEY_BY_ID, {"id": match.group(1)})).first()
     if row is None or not hmac.compare_digest(row.key_hash, hash_key(key)):
         return None
-    return Principal(tenant_id=row.tenant_id, scope=row.scope, key_id=row.id)
+    return Principal(tenant_id=row.tenant_id, scope=row.scope, key_id=row.id, agent=row.agent)
 
 
 async def keys_configured(conn: AsyncConnection) -> bool:

@@ -57,18 +57,20 @@ LIVE_TURNS = text("""
 
 # lock_state: the row every compression of this session serialises on.
 LOCK_STATE = text("""
-    SELECT s.id, coalesce(ts.version, 0) AS version
+    SELECT s.id, s.turn_count, coalesce(ts.version, 0) AS version
     FROM sessions s LEFT JOIN task_states ts ON ts.session_id = s.id
     WHERE s.id = :sid
     FOR UPDATE OF s
 """)
 
 UPSERT_STATE = text("""
-    INSERT INTO task_states (session_id, version, state, rendered, rendered_tokens, updated_at)
-    VALUES (:sid, :version, :state, :rendered, :rendered_tokens, now())
+    INSERT INTO task_states (session_id, version, state, rendered, rendered_tokens, updated_at,
+                             notice, notice_seq)
+    VALUES (:sid, :version, :state, :rendered, :rendered_tokens, now(), :notice, :notice_seq)
     ON CONFLICT (session_id) DO UPDATE
     SET version = EXCLUDED.version, state = EXCLUDED.state, rendered = EXCLUDED.rendered,
-        rendered_tokens = EXCLUDED.rendered_tokens, updated_at = now()
+        rendered_tokens = EXCLUDED.rendered_tokens, updated_at = now(),
+        notice = EXCLUDED.notice, notice_seq = EXCLUDED.notice_seq
 """)
 
 INSERT_EVENT = text("""
@@ -124,8 +126,12 @@ async def apply_compression(
     rendered_tokens: int,
     turn_pks: list[int],
     record: CompressionRecord,
+    notice: str = "",
 ) -> Applied:
-    """In the caller's transaction: new state version, event, turns compacted, counters."""
+    """In the caller's transaction: new state version, event, turns compacted, counters.
+
+    ``notice`` (the change notice) is kept with the session's last seq as of now,
+    under the session's lock: the context shows it until a user turn comes later."""
     locked = (await conn.execute(LOCK_STATE, {"sid": snap.session_pk})).first()
     if locked is None or locked.version != snap.version:
         raise StaleSnapshot(f"state version moved from {snap.version}")
@@ -138,6 +144,8 @@ async def apply_compression(
             "state": state.model_dump(mode="json"),
             "rendered": rendered,
             "rendered_tokens": rendered_tokens,
+            "notice": notice or None,
+            "notice_seq": locked.turn_count,
         },
     )
     event_id = (
@@ -172,3 +180,36 @@ async def apply_compression(
         conn, session_pk=snap.session_pk, tokens=sum(tokens), n=len(tokens)
     )
     return Applied(event_id=event_id, version=version)
+
+
+# restore_state: a new version of a state that exists (a miss pins archived turns).
+RESTORE_STATE = text("""
+    UPDATE task_states
+    SET version = :version, state = :state, rendered = :rendered,
+        rendered_tokens = :rendered_tokens, updated_at = now()
+    WHERE session_id = :sid
+""")
+
+
+async def write_restored_state(
+    conn: AsyncConnection,
+    *,
+    session_pk: int,
+    version: int,
+    state: TaskState,
+    rendered: str,
+    rendered_tokens: int,
+) -> None:
+    """In the caller's transaction, under the session's lock: the state with restored
+    turns pinned. Its version moves, so a compression that started before fails its
+    version check and runs again from this state."""
+    await conn.execute(
+        RESTORE_STATE,
+        {
+            "sid": session_pk,
+            "version": version,
+            "state": state.model_dump(mode="json"),
+            "rendered": rendered,
+            "rendered_tokens": rendered_tokens,
+        },
+    )

@@ -17,6 +17,19 @@ CONTEXT_READ = """
                     WHERE m.user_id = s.user_id AND m.superseded_by IS NULL) AS has_memories,
            coalesce(ts.version, 0) AS version, coalesce(ts.rendered, '') AS rendered,
            coalesce(ts.state->'renderings', '[]') AS renderings,
+           -- the change notice, while no user turn came after the compression
+           CASE WHEN NOT EXISTS (SELECT 1 FROM turns n
+                                  WHERE n.session_id = s.id AND n.seq > ts.notice_seq
+                                    AND n.role = 'user')
+                THEN ts.notice END AS notice,
+           -- the shared state of the session's task, rendered by its last contribution
+           coalesce(tk.rendered, '') AS shared, coalesce(tk.renderings, '[]') AS shared_tiers,
+           -- the user's sessions of other agents: their memories are theirs
+           (SELECT json_build_object('pks', coalesce(array_agg(o.id), '{}'),
+                                     'ids', coalesce(array_agg(o.external_id), '{}'))
+              FROM sessions o
+             WHERE s.agent IS NOT NULL AND o.user_id = s.user_id
+               AND o.agent IS NOT NULL AND o.agent <> s.agent) AS hidden,
            (SELECT coalesce(json_agg(t), '[]')
               FROM (SELECT seq, role, content, tool_calls, tool_call_id, name, tokens
                       FROM turns
@@ -26,6 +39,7 @@ CONTEXT_READ = """
     FROM sessions s
     JOIN users u ON u.id = s.user_id
     LEFT JOIN task_states ts ON ts.session_id = s.id
+    LEFT JOIN tasks tk ON tk.id = s.task_id
     WHERE s.tenant_id = $1 AND s.external_id = $2
 """
 

@@ -69,8 +69,71 @@ sessions = Table(
     # (or confirmed) again only when a later turn restates it.
     Column("promoted_seq", Integer, nullable=False, server_default="0"),
     Column("last_user_embedding", Vector(EMBEDDING_DIM)),
+    # The task the session works on (one at most) and the agent it belongs to.
+    Column("task_id", BigInteger, ForeignKey("tasks.id", ondelete="SET NULL")),
+    Column("agent", Text),
     UniqueConstraint("tenant_id", "external_id", name="sessions_tenant_external_key"),
     Index("sessions_user_idx", "user_id"),
+    Index("sessions_task_idx", "task_id", postgresql_where=text("task_id IS NOT NULL")),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("external_id", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("version", Integer, nullable=False, server_default="0"),
+    # app.compression.shared.SharedState: the merged state, the task clock, the credits.
+    Column("state", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # Rendered by the compression that changed it, so /context only reads.
+    Column("rendered", Text, nullable=False, server_default=""),
+    Column("renderings", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    UniqueConstraint("tenant_id", "external_id", name="tasks_tenant_external_key"),
+)
+
+task_members = Table(
+    "task_members",
+    metadata,
+    Column("task_id", BigInteger, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("agent", Text, primary_key=True),
+    Column("role", Text, nullable=False),
+    Column("sections", ARRAY(Text)),  # null: every shared section
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    CheckConstraint("role IN ('reader', 'contributor')", name="task_members_role_check"),
+)
+
+task_events = Table(
+    "task_events",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("task_id", BigInteger, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("session_id", BigInteger, ForeignKey("sessions.id", ondelete="SET NULL")),
+    Column("agent", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("version", Integer, nullable=False),
+    Column("units", Integer, nullable=False),
+    Column("change_summary", Text, nullable=False),
+    Column("compression_event_id", BigInteger),
+    Index("task_events_task_idx", "task_id", "id"),
+)
+
+misses = Table(
+    "misses",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("session_id", BigInteger, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    Column("detection", Text, nullable=False),
+    Column("needed", Text, nullable=False),
+    Column("restored_seqs", JSONB, nullable=False),
+    Column("state", JSONB, nullable=False),  # the state when the miss happened
+    Column("turns", JSONB, nullable=False),  # the compacted turns restored from
+    CheckConstraint("detection IN ('explicit', 'reask', 'query')", name="misses_detection_check"),
+    Index("misses_session_idx", "session_id", "id"),
 )
 
 turns = Table(
@@ -119,6 +182,10 @@ task_states = Table(
     Column("rendered", Text, nullable=False, server_default=""),
     Column("rendered_tokens", Integer, nullable=False, server_default="0"),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+    # The change notice of the last compression and the session's last seq when it
+    # committed: /context shows it until a user turn comes after that seq.
+    Column("notice", Text),
+    Column("notice_seq", Integer),
 )
 
 compression_events = Table(
@@ -211,6 +278,8 @@ api_keys = Table(
     Column("label", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("revoked_at", DateTime(timezone=True)),
+    # A key bound to an agent name reaches only that agent's sessions and tasks.
+    Column("agent", Text),
     CheckConstraint("scope IN ('agent', 'admin')", name="api_keys_scope_check"),
 )
 

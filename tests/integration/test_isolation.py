@@ -35,6 +35,13 @@ PROBES: dict[tuple[str, str], tuple[str, int]] = {
         404,
     ),
     ("DELETE", "/v1/users/{user_id}"): ("/v1/users/ua", 404),
+    ("POST", "/v1/sessions/{session_id}/misses"): ("/v1/sessions/sa/misses", 404),
+    ("POST", "/v1/tasks"): ("/v1/tasks", 201),  # B's own task of the same name
+    ("GET", "/v1/tasks/{task_id}"): ("/v1/tasks/ta", 404),
+    ("PUT", "/v1/tasks/{task_id}/agents/{agent_name}"): ("/v1/tasks/ta/agents/x", 404),
+    ("POST", "/v1/tasks/{task_id}/sessions"): ("/v1/tasks/ta/sessions", 404),
+    ("GET", "/v1/tasks/{task_id}/state"): ("/v1/tasks/ta/state", 404),
+    ("GET", "/v1/tasks/{task_id}/events"): ("/v1/tasks/ta/events", 404),
 }
 
 
@@ -69,6 +76,11 @@ async def test_every_route_refuses_another_tenants_objects(
     memory = (
         await client.post("/v1/users/ua/memories", json={"text": "A's memory"}, headers=a)
     ).json()
+    task = {"task_id": "ta", "agents": [{"agent": "x", "role": "contributor"}]}
+    assert (await client.post("/v1/tasks", json=task, headers=a)).status_code == 201
+    attach = {"session_id": "sa", "agent": "x"}
+    r = await client.post("/v1/tasks/ta/sessions", json=attach, headers=a)
+    assert r.status_code == 200, r.text
     # An event of A's, written directly (no worker here).
     async with engine.begin() as conn:
         from sqlalchemy import text
@@ -94,6 +106,13 @@ async def test_every_route_refuses_another_tenants_objects(
             body = {"user_id": "ua", "messages": [{"role": "user", "content": "B"}]}
         if url.endswith("/memories") and method == "POST":
             body = {"text": "B's memory"}
+        if url.endswith("/misses"):
+            body = {"needed": "A's secret"}
+        body = {
+            ("POST", "/v1/tasks"): task,
+            ("PUT", "/v1/tasks/ta/agents/x"): {"role": "reader"},
+            ("POST", "/v1/tasks/ta/sessions"): attach,
+        }.get((method, url), body)
         r = await client.request(method, url, json=body, headers=b)
         assert r.status_code == expected, (method, url, r.text)
         assert "A's" not in r.text
@@ -103,6 +122,9 @@ async def test_every_route_refuses_another_tenants_objects(
         m["text"] for m in (await client.get("/v1/users/ua/memories", headers=a)).json()["memories"]
     ]
     assert texts == ["A's memory"]
+    a_task = (await client.get("/v1/tasks/ta", headers=a)).json()
+    assert a_task["agents"] == [{"agent": "x", "role": "contributor", "sections": None}]
+    assert a_task["sessions"] == [{"session_id": "sa", "agent": "x"}]
 
 
 WORDS = ["alpha", "beta", "gamma", "delta", "花生", "过敏", "seat", "aisle", "QX7T2L", "tokyo"]

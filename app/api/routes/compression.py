@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
 from app.api.deps import (
@@ -15,6 +15,7 @@ from app.api.deps import (
     SessionIdPath,
     SettingsDep,
     TenantDep,
+    own_session,
 )
 from app.api.problems import COMMON_PROBLEMS
 from app.api.schemas import (
@@ -33,6 +34,7 @@ router = APIRouter(
     prefix="/v1/sessions",
     tags=["compression"],
     responses={**COMMON_PROBLEMS},
+    dependencies=[Depends(own_session)],
 )
 
 

@@ -6,9 +6,10 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from app.api.deps import (
+    AgentDep,
     EngineDep,
     MetricsDep,
     ReadConnDep,
@@ -16,6 +17,7 @@ from app.api.deps import (
     SessionIdPath,
     SettingsDep,
     TenantDep,
+    own_session,
 )
 from app.api.problems import COMMON_PROBLEMS, documented
 from app.api.schemas import (
@@ -29,16 +31,19 @@ from app.api.schemas import (
     TurnsPage,
 )
 from app.api.validate import Limits, check_messages
+from app.core.errors import NotFound
 from app.core.tokens import count_message_tokens
 from app.core.turns import PreparedTurn
 from app.services import ingest
 from app.services.context import MemoryOptions, build_context
 from app.stores import sessions as repo
+from app.stores import tasks as tasks_store
 
 router = APIRouter(
     prefix="/v1/sessions",
     tags=["sessions"],
     responses={**COMMON_PROBLEMS, **documented(409, 413)},
+    dependencies=[Depends(own_session)],
 )
 
 # Counting tokens of a big batch is CPU work; off the event loop past this size.
@@ -85,6 +90,7 @@ async def post_turns(
     metrics: MetricsDep,
     engine: EngineDep,
     tenant: TenantDep,
+    agent: AgentDep,
 ) -> TurnsOut:
     """Append messages (OpenAI format) to the session's archive. No LLM on this path."""
     check_messages(
@@ -107,6 +113,14 @@ async def post_turns(
             job_max_attempts=settings.job_max_attempts,
             index_delay_s=settings.index_delay_s,
         )
+        # Under ingest's lock on the session row: a new session becomes the agent's;
+        # another agent's is refused and nothing is stored.
+        if agent is not None:
+            owner = await tasks_store.claim_session(
+                conn, tenant=tenant, session=session_id, agent=agent
+            )
+            if owner != agent:
+                raise NotFound(f"session {session_id!r} not found")
     metrics.turns_ingested.inc(sum(not t.duplicate for t in out.turns))
     return TurnsOut.model_validate(out, from_attributes=True)
 
@@ -160,7 +174,13 @@ async def get_context(
         window_turns=settings.working_window_turns,
     )
     out = await build_context(
-        conn, tenant=tenant, session=session_id, max_tokens=budget, query=query, memory=memory
+        conn,
+        tenant=tenant,
+        session=session_id,
+        max_tokens=budget,
+        query=query,
+        memory=memory,
+        notice=settings.change_notice,
     )
     metrics.context_tokens.observe(out.tokens)
     metrics.history_tokens.observe(out.full_history_tokens)

@@ -264,10 +264,190 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create Task
+         * @description Create a task (id chosen by the client) with its agents' roles. Needs a key not
+         *     bound to an agent.
+         */
+        post: operations["create_task"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tasks/{task_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Task
+         * @description The task, its agents and their roles, its sessions.
+         */
+        get: operations["get_task"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tasks/{task_id}/agents/{agent_name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set Role
+         * @description Set an agent's role on the task (reader or contributor, optionally per section).
+         */
+        put: operations["set_role"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tasks/{task_id}/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Attach Session
+         * @description Put a session on the task (one task per session). Its later compressions
+         *     contribute to the shared state as its agent's role allows.
+         */
+        post: operations["attach_session"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tasks/{task_id}/state": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Shared State
+         * @description The shared state, each item with the agents and sessions it came from.
+         */
+        get: operations["shared_state"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tasks/{task_id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Task Events
+         * @description Contributions to the shared state, newest first (page with ``before``).
+         */
+        get: operations["task_events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session_id}/misses": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Signal Miss
+         * @description Something the agent needed is not in its context: the archived turns that hold
+         *     it come back into the state as pinned facts (with the turn they came from), and
+         *     the incident is kept as a sample (`mnemo misses export`).
+         */
+        post: operations["signal_miss"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AgentRoleIn */
+        AgentRoleIn: {
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "reader" | "contributor";
+            /**
+             * Sections
+             * @description The shared sections a contributor writes; omitted: all of them.
+             */
+            sections?: ("goal" | "constraints" | "decisions" | "actions" | "pending" | "artifacts")[] | null;
+            /** Agent */
+            agent: string;
+        };
+        /** AttachIn */
+        AttachIn: {
+            /** Session Id */
+            session_id: string;
+            /**
+             * Agent
+             * @description The agent the session works for; a key bound to an agent implies it.
+             */
+            agent?: string | null;
+        };
+        /** AttributedItem */
+        AttributedItem: {
+            /** Section */
+            section: string;
+            /** Key */
+            key: string;
+            /** Text */
+            text: string;
+            /** Contributors */
+            contributors: components["schemas"]["CreditOut"][];
+        };
         /** AudioPart */
         AudioPart: {
             /**
@@ -397,6 +577,18 @@ export interface components {
              * @description Long-term memories placed in this context.
              */
             memory_ids?: number[];
+        };
+        /** CreditOut */
+        CreditOut: {
+            /** Agent */
+            agent: string;
+            /** Session Id */
+            session_id: string;
+            /**
+             * Seq
+             * @description The turn of that session the item came from.
+             */
+            seq: number;
         };
         /**
          * EventOut
@@ -785,6 +977,33 @@ export interface components {
              */
             function_call?: null;
         };
+        /** MissIn */
+        MissIn: {
+            /**
+             * Needed
+             * @description What the agent needed and did not find in its context.
+             */
+            needed: string;
+        };
+        /** MissOut */
+        MissOut: {
+            /** Id */
+            id: number;
+            /**
+             * Detection
+             * @enum {string}
+             */
+            detection: "explicit" | "reask" | "query";
+            /** Needed */
+            needed: string;
+            /**
+             * Restored
+             * @description Archived turns pinned back into the state (empty: the archive holds nothing that matches).
+             */
+            restored: components["schemas"]["RestoredTurn"][];
+            /** State Version */
+            state_version: number;
+        };
         /**
          * NothingToCompress
          * @description Every live turn is inside the working window.
@@ -844,6 +1063,28 @@ export interface components {
             /** Phase */
             phase?: string | null;
         };
+        /** RestoredTurn */
+        RestoredTurn: {
+            /** Seq */
+            seq: number;
+            /** Role */
+            role: string;
+            /** Text */
+            text: string;
+        };
+        /** RoleIn */
+        RoleIn: {
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "reader" | "contributor";
+            /**
+             * Sections
+             * @description The shared sections a contributor writes; omitted: all of them.
+             */
+            sections?: ("goal" | "constraints" | "decisions" | "actions" | "pending" | "artifacts")[] | null;
+        };
         /** SessionOut */
         SessionOut: {
             /** Session Id */
@@ -868,6 +1109,26 @@ export interface components {
             /** Compressions */
             compressions: number;
         };
+        /** SharedStateOut */
+        SharedStateOut: {
+            /** Task Id */
+            task_id: string;
+            /** Version */
+            version: number;
+            /** State */
+            state: {
+                [key: string]: unknown;
+            };
+            /** Attribution */
+            attribution: components["schemas"]["AttributedItem"][];
+            /** Rendered */
+            rendered: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        };
         /** StateOut */
         StateOut: {
             /** Version */
@@ -880,6 +1141,78 @@ export interface components {
             updated_at: string | null;
             /** Rendered */
             rendered: string;
+        };
+        /** TaskEventOut */
+        TaskEventOut: {
+            /** Id */
+            id: number;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Agent */
+            agent: string;
+            /** Session Id */
+            session_id: string | null;
+            /** Version */
+            version: number;
+            /** Units */
+            units: number;
+            /** Change Summary */
+            change_summary: string;
+        };
+        /** TaskEventsOut */
+        TaskEventsOut: {
+            /** Events */
+            events: components["schemas"]["TaskEventOut"][];
+        };
+        /** TaskIn */
+        TaskIn: {
+            /** Task Id */
+            task_id: string;
+            /** Agents */
+            agents?: components["schemas"]["AgentRoleIn"][];
+        };
+        /** TaskMemberOut */
+        TaskMemberOut: {
+            /** Agent */
+            agent: string;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "reader" | "contributor";
+            /** Sections */
+            sections: ("goal" | "constraints" | "decisions" | "actions" | "pending" | "artifacts")[] | null;
+        };
+        /** TaskOut */
+        TaskOut: {
+            /** Task Id */
+            task_id: string;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+            /** Version */
+            version: number;
+            /** Agents */
+            agents: components["schemas"]["TaskMemberOut"][];
+            /** Sessions */
+            sessions: components["schemas"]["TaskSessionOut"][];
+        };
+        /** TaskSessionOut */
+        TaskSessionOut: {
+            /** Session Id */
+            session_id: string;
+            /** Agent */
+            agent: string | null;
         };
         /** TextPart */
         TextPart: {
@@ -2914,6 +3247,1072 @@ export interface operations {
                 content: {
                     "application/problem+json": unknown;
                     "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid input: `errors` names each field at fault */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Database unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    create_task: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "task_id": "trip-7",
+                 *       "agents": [
+                 *         {
+                 *           "agent": "planner",
+                 *           "role": "contributor"
+                 *         },
+                 *         {
+                 *           "agent": "booker",
+                 *           "role": "contributor",
+                 *           "sections": [
+                 *             "actions",
+                 *             "artifacts"
+                 *           ]
+                 *         },
+                 *         {
+                 *           "agent": "reviewer",
+                 *           "role": "reader"
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["TaskIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskOut"];
+                };
+            };
+            /** @description The body cannot be parsed (not UTF-8) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key's scope does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unknown id (or another tenant's) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict (session bound to another user) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over a documented size limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid input: `errors` names each field at fault */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Database unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_task: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Client-chosen task id, 1–128 of [A-Za-z0-9._:@-] */
+                task_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskOut"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key's scope does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unknown id (or another tenant's) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict (session bound to another user) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid input: `errors` names each field at fault */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Database unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    set_role: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Client-chosen task id, 1–128 of [A-Za-z0-9._:@-] */
+                task_id: string;
+                /** @description An agent name, 1–128 of [A-Za-z0-9._:@-] */
+                agent_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "role": "contributor",
+                 *       "sections": [
+                 *         "decisions"
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["RoleIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskOut"];
+                };
+            };
+            /** @description The body cannot be parsed (not UTF-8) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key's scope does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unknown id (or another tenant's) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict (session bound to another user) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over a documented size limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid input: `errors` names each field at fault */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Database unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    attach_session: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Client-chosen task id, 1–128 of [A-Za-z0-9._:@-] */
+                task_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "session_id": "s-booker-1"
+                 *     }
+                 */
+                "application/json": components["schemas"]["AttachIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskOut"];
+                };
+            };
+            /** @description The body cannot be parsed (not UTF-8) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key's scope does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unknown id (or another tenant's) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict (session bound to another user) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over a documented size limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid input: `errors` names each field at fault */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Database unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    shared_state: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Client-chosen task id, 1–128 of [A-Za-z0-9._:@-] */
+                task_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SharedStateOut"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key's scope does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unknown id (or another tenant's) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict (session bound to another user) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid input: `errors` names each field at fault */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Database unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    task_events: {
+        parameters: {
+            query?: {
+                limit?: number;
+                before?: number | null;
+            };
+            header?: never;
+            path: {
+                /** @description Client-chosen task id, 1–128 of [A-Za-z0-9._:@-] */
+                task_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskEventsOut"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key's scope does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unknown id (or another tenant's) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict (session bound to another user) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid input: `errors` names each field at fault */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Database unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    signal_miss: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Client-chosen session id, 1–128 of [A-Za-z0-9._:@-] */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "needed": "the customer's loyalty number"
+                 *     }
+                 */
+                "application/json": components["schemas"]["MissIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MissOut"];
+                };
+            };
+            /** @description The body cannot be parsed (not UTF-8) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key's scope does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unknown id (or another tenant's) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over a documented size limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Invalid input: `errors` names each field at fault */
