@@ -87,6 +87,10 @@ OWNERS = {
     "memory_terms": "stores/memories.py",
     "jobs": "stores/queue.py",
     "api_keys": "stores/api_keys.py",
+    "tasks": "stores/tasks.py",
+    "task_members": "stores/tasks.py",
+    "task_events": "stores/tasks.py",
+    "misses": "stores/misses.py",
 }
 WRITE = re.compile(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+([a-z_]+)\b(?=[\s(])")
 

@@ -33,6 +33,7 @@ from app.core.permissions import (
     sees_task,
     writable,
 )
+from app.stores import sessions as sessions_store
 from app.stores import tasks as store
 
 
@@ -137,7 +138,7 @@ async def attach(
         raise Conflict(f"session {session!r} is attached to another task")
     if await store.member(conn, task_pk=pk, agent=who) is None:
         raise Forbidden(f"agent {who!r} is not a member of task {task!r}")
-    await store.attach(conn, session_pk=ref.pk, task_pk=pk, agent=who)
+    await sessions_store.attach_to_task(conn, session_pk=ref.pk, task_pk=pk, agent=who)
     return await read(conn, tenant=tenant, caller=caller, task=task)
 
 

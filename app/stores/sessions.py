@@ -530,3 +530,29 @@ async def list_turns(
 async def delete_session(conn: AsyncConnection, *, tenant: str, session: str) -> None:
     if (await conn.execute(DELETE_SESSION, {"tenant": tenant, "session": session})).first() is None:
         raise NotFound(f"session {session!r} not found")
+
+
+# attach_to_task: the session works on a task, for an agent (one task per session).
+ATTACH_TO_TASK = text("UPDATE sessions SET task_id = :tid, agent = :agent WHERE id = :sid")
+
+# claim_for_agent: a new session takes its poster's agent; an existing one keeps its own.
+CLAIM_FOR_AGENT = text("""
+    UPDATE sessions SET agent = coalesce(agent, :agent)
+    WHERE tenant_id = :tenant AND external_id = :session
+    RETURNING agent
+""")
+
+
+async def attach_to_task(
+    conn: AsyncConnection, *, session_pk: int, task_pk: int, agent: str
+) -> None:
+    await conn.execute(ATTACH_TO_TASK, {"sid": session_pk, "tid": task_pk, "agent": agent})
+
+
+async def claim_for_agent(
+    conn: AsyncConnection, *, tenant: str, session: str, agent: str
+) -> str | None:
+    """Give an agent-less session to ``agent``; the session's agent afterwards."""
+    params = {"tenant": tenant, "session": session, "agent": agent}
+    row = (await conn.execute(CLAIM_FOR_AGENT, params)).first()
+    return None if row is None else row.agent

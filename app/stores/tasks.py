@@ -1,7 +1,8 @@
 """Tasks, their members, their shared state and its audit: the SQL that owns them.
 
-Also the two session columns tasks add (``sessions.task_id``, ``sessions.agent``).
-Every statement filters by tenant (directly or through a row found by tenant).
+The session columns tasks add (``sessions.task_id``, ``sessions.agent``) are read
+here and written by ``stores/sessions.py``, the sessions table's owner. Every
+statement filters by tenant (directly or through a row found by tenant).
 """
 
 from __future__ import annotations
@@ -81,17 +82,8 @@ SESSION_FOR_ATTACH = text("""
     FOR UPDATE
 """)
 
-ATTACH = text("UPDATE sessions SET task_id = :tid, agent = :agent WHERE id = :sid")
-
 SESSION_AGENT = text("""
     SELECT agent FROM sessions WHERE tenant_id = :tenant AND external_id = :session
-""")
-
-# claim_session: a new session takes its poster's agent; an existing one must be its.
-CLAIM_SESSION = text("""
-    UPDATE sessions SET agent = coalesce(agent, :agent)
-    WHERE tenant_id = :tenant AND external_id = :session
-    RETURNING agent
 """)
 
 # session_task: what a compression of this session needs to know about its task.
@@ -201,26 +193,12 @@ async def lock_session(conn: AsyncConnection, *, tenant: str, session: str) -> S
     return SessionRef(pk=row.id, task_pk=row.task_id, agent=row.agent)
 
 
-async def attach(conn: AsyncConnection, *, session_pk: int, task_pk: int, agent: str) -> None:
-    await conn.execute(ATTACH, {"sid": session_pk, "tid": task_pk, "agent": agent})
-
-
 async def session_agent(
     conn: AsyncConnection, *, tenant: str, session: str
 ) -> tuple[bool, str | None]:
     """(whether the session exists, the agent it belongs to)."""
     row = (await conn.execute(SESSION_AGENT, {"tenant": tenant, "session": session})).first()
     return (False, None) if row is None else (True, row.agent)
-
-
-async def claim_session(
-    conn: AsyncConnection, *, tenant: str, session: str, agent: str
-) -> str | None:
-    """Give an agent-less session to ``agent``; the session's agent afterwards."""
-    row = (
-        await conn.execute(CLAIM_SESSION, {"tenant": tenant, "session": session, "agent": agent})
-    ).first()
-    return None if row is None else row.agent
 
 
 async def session_task(conn: AsyncConnection, *, session_pk: int) -> SessionTask | None:

@@ -37,7 +37,6 @@ from app.core.turns import PreparedTurn
 from app.services import ingest
 from app.services.context import MemoryOptions, build_context
 from app.stores import sessions as repo
-from app.stores import tasks as tasks_store
 
 router = APIRouter(
     prefix="/v1/sessions",
@@ -116,9 +115,7 @@ async def post_turns(
         # Under ingest's lock on the session row: a new session becomes the agent's;
         # another agent's is refused and nothing is stored.
         if agent is not None:
-            owner = await tasks_store.claim_session(
-                conn, tenant=tenant, session=session_id, agent=agent
-            )
+            owner = await repo.claim_for_agent(conn, tenant=tenant, session=session_id, agent=agent)
             if owner != agent:
                 raise NotFound(f"session {session_id!r} not found")
     metrics.turns_ingested.inc(sum(not t.duplicate for t in out.turns))
