@@ -34,9 +34,10 @@ ZH_TURNS = [
 ]
 
 
-async def _app(
+async def with_worker(
     db_url: str, engine: AsyncEngine, **overrides: Any
 ) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its worker running, over ASGI (the tests of issue 15 share it)."""
     settings = make_settings(db_url, embedded_worker=True, **overrides)
     app = create_app(settings, database_url=db_url, engine=engine)
     async with app.router.lifespan_context(app):
@@ -47,13 +48,13 @@ async def _app(
 
 @pytest.fixture
 async def live(db_url: str, engine: AsyncEngine) -> AsyncIterator[httpx.AsyncClient]:
-    async for c in _app(db_url, engine):
+    async for c in with_worker(db_url, engine):
         yield c
 
 
 @pytest.fixture
 async def quiet(db_url: str, engine: AsyncEngine) -> AsyncIterator[httpx.AsyncClient]:
-    async for c in _app(db_url, engine, change_notice=False):
+    async for c in with_worker(db_url, engine, change_notice=False):
         yield c
 
 

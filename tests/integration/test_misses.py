@@ -14,19 +14,13 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.cli import main
-from app.main import create_app
-from tests.conftest import make_settings
+from tests.integration.test_change_notice import with_worker
 
 
 @pytest.fixture
 async def live(db_url: str, engine: AsyncEngine) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(
-        make_settings(db_url, embedded_worker=True), database_url=db_url, engine=engine
-    )
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://mnemo") as c:
-            yield c
+    async for c in with_worker(db_url, engine):
+        yield c
 
 
 EN = [

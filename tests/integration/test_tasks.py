@@ -14,21 +14,16 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.main import create_app
 from app.stores import api_keys as keys
-from tests.conftest import make_settings
+from tests.integration.test_change_notice import with_worker
 
 Headers = dict[str, str]
 
 
 @pytest.fixture
 async def live(db_url: str, engine: AsyncEngine) -> AsyncIterator[httpx.AsyncClient]:
-    settings = make_settings(db_url, embedded_worker=True, worker_concurrency=3)
-    app = create_app(settings, database_url=db_url, engine=engine)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://mnemo") as c:
-            yield c
+    async for c in with_worker(db_url, engine, worker_concurrency=3):
+        yield c
 
 
 async def make_keys(
