@@ -1,4 +1,4 @@
-"""`mnemo serve | worker | migrate`."""
+"""`mnemo serve | worker | migrate | keys | reembed | jobs`."""
 
 from __future__ import annotations
 
@@ -6,9 +6,14 @@ import argparse
 import asyncio
 import signal
 import sys
+import time
+from typing import TYPE_CHECKING
 
 from app.core.config import Settings
 from app.core.logs import configure as configure_logging
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 
 def resolve_database_url(settings: Settings) -> str:
@@ -130,6 +135,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     import httpx
     from prometheus_client import start_http_server
 
+    from app.core import tracing
     from app.core.metrics import Metrics
     from app.services.memories import check_stored_models
     from app.stores.engine import make_engine
@@ -139,6 +145,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
 
     async def run() -> None:
         engine = make_engine(url, pool_size=settings.worker_concurrency + 2)
+        tracing.setup(settings.tracing)
+        tracing.instrument_engine(engine)
         http = httpx.AsyncClient()
         embedder = build_embedder_from_settings(settings, http)
         if embedder is not None:
@@ -234,7 +242,7 @@ def cmd_misses(settings: Settings, args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-def cmd_reembed(settings: Settings, _: argparse.Namespace) -> int:
+def cmd_reembed(settings: Settings, args: argparse.Namespace) -> int:
     import httpx
 
     from app.services.memories import reembed
@@ -245,20 +253,166 @@ def cmd_reembed(settings: Settings, _: argparse.Namespace) -> int:
 
     async def run() -> int:
         engine = make_engine(url, pool_size=1)
-        async with httpx.AsyncClient() as http:
-            embedder = build_embedder_from_settings(settings, http)
-            if embedder is None:
-                print("no embedder configured (MNEMO_EMBEDDER=none)", file=sys.stderr)
-                return 1
-            try:
+        try:
+            async with httpx.AsyncClient() as http:
+                embedder = build_embedder_from_settings(settings, http)
+                if embedder is None:
+                    print("no embedder configured (MNEMO_EMBEDDER=none)", file=sys.stderr)
+                    return 1
                 async with engine.begin() as conn:
                     n = await reembed(conn, embedder, max_attempts=settings.job_max_attempts)
-            finally:
-                await engine.dispose()
-        print(f"{n} memories queued for re-embedding with {embedder.model_id}", file=sys.stderr)
-        return 0
+            print(f"{n} memories queued for re-embedding with {embedder.model_id}", file=sys.stderr)
+            if args.wait:
+                return await _watch_embeddings(engine, timeout_s=args.timeout)
+            return 0
+        finally:
+            await engine.dispose()
 
     return asyncio.run(run())
+
+
+PROGRESS_WIDTH = 30
+
+
+def progress_bar(done: int, total: int) -> str:
+    """``[#########.....]  300/500 (60%)``"""
+    share = done / total if total else 1.0
+    filled = round(share * PROGRESS_WIDTH)
+    return f"[{'#' * filled}{'.' * (PROGRESS_WIDTH - filled)}] {done}/{total} ({share:.0%})"
+
+
+async def _watch_embeddings(engine: AsyncEngine, *, timeout_s: float, poll_s: float = 1.0) -> int:
+    """Wait for the workers (`mnemo serve` or `mnemo worker`) to embed every memory,
+    drawing a progress bar; 1 when embedding jobs died or the time ran out."""
+    from app.stores.memories import embedding_progress
+
+    deadline = time.monotonic() + timeout_s
+    total = None
+    while True:
+        async with engine.connect() as conn:
+            p = await embedding_progress(conn)
+        total = p.missing if total is None else max(total, p.missing)
+        print(f"\r{progress_bar(total - p.missing, total)}", end="", file=sys.stderr, flush=True)
+        if p.missing == 0:
+            print(file=sys.stderr)
+            return 0
+        if p.waiting_jobs == 0:
+            print(
+                f"\n{p.missing} memories still have no vector and no embedding job waits"
+                f" ({p.dead_jobs} dead: `mnemo jobs list --status dead --kind embed_memories`)",
+                file=sys.stderr,
+            )
+            return 1
+        if time.monotonic() > deadline:
+            print(f"\ngave up after {timeout_s:.0f} s; is a worker running?", file=sys.stderr)
+            return 1
+        await asyncio.sleep(poll_s)
+
+
+def cmd_jobs(settings: Settings, args: argparse.Namespace) -> int:
+    """`mnemo jobs list | stats | requeue | prune`: the queue, for an operator."""
+    from app.stores.engine import make_engine
+
+    url = prepare_database(settings)
+
+    async def run() -> int:
+        engine = make_engine(url, pool_size=1)
+        try:
+            async with engine.begin() as conn:
+                return await JOB_COMMANDS[args.jobs_command](conn, args)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+async def _jobs_list(conn: AsyncConnection, args: argparse.Namespace) -> int:
+    from app.stores import queue
+
+    rows = await queue.list_jobs(
+        conn, tenant=args.tenant, status=args.status, kind=args.kind, limit=args.limit
+    )
+    print("id\ttenant\tkind\tstatus\tattempts\tsession\tupdated\terror")
+    for j in rows:
+        when = j.finished_at or j.locked_until or j.run_after
+        error = (j.last_error or "").replace("\n", " ")[:120]
+        print(
+            f"{j.id}\t{j.tenant_id}\t{j.kind}\t{j.status}\t{j.attempts}/{j.max_attempts}"
+            f"\t{j.session or ''}\t{when:%Y-%m-%d %H:%M:%S}\t{error}"
+        )
+    return 0
+
+
+async def _jobs_stats(conn: AsyncConnection, args: argparse.Namespace) -> int:
+    from app.stores import queue
+
+    print("kind\tqueued\trunning\tdead\tdone\toldest_queued_s")
+    for k in await queue.kind_stats(conn, tenant=args.tenant):
+        oldest = "" if k.oldest_queued_s is None else f"{k.oldest_queued_s:.0f}"
+        print(f"{k.kind}\t{k.queued}\t{k.running}\t{k.dead}\t{k.done}\t{oldest}")
+    return 0
+
+
+async def _jobs_requeue(conn: AsyncConnection, args: argparse.Namespace) -> int:
+    from app.stores import queue
+
+    ids = list(args.ids)
+    if args.all_dead:
+        ids += await queue.dead_job_ids(conn, tenant=args.tenant, kind=args.kind)
+    if not ids:
+        print("nothing to requeue (give job ids or --all-dead)", file=sys.stderr)
+        return 1
+    refused = [
+        i for i in dict.fromkeys(ids) if not await queue.requeue(conn, job_id=i, tenant=None)
+    ]
+    print(f"requeued {len(set(ids)) - len(refused)}", file=sys.stderr)
+    if refused:
+        print(f"not requeued (not dead, or an equal job already waits): {refused}", file=sys.stderr)
+    return 1 if refused else 0
+
+
+async def _jobs_prune(conn: AsyncConnection, args: argparse.Namespace) -> int:
+    from app.stores import queue
+
+    statuses = ("done", "dead") if args.dead else ("done",)
+    total = 0
+    while n := await queue.prune(
+        conn, older_than_s=args.older_than_days * 86400, statuses=statuses
+    ):
+        total += n
+    print(f"pruned {total} {' and '.join(statuses)} jobs", file=sys.stderr)
+    return 0
+
+
+JOB_COMMANDS = {
+    "list": _jobs_list,
+    "stats": _jobs_stats,
+    "requeue": _jobs_requeue,
+    "prune": _jobs_prune,
+}
+
+
+def _add_jobs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    jobs = sub.add_parser("jobs", help="list, count, requeue and prune background jobs")
+    jobs.set_defaults(func=cmd_jobs)
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True)
+    listing = jobs_sub.add_parser("list", help="jobs, newest change first")
+    listing.add_argument("--status", choices=["queued", "running", "done", "dead"])
+    listing.add_argument("--kind")
+    listing.add_argument("--tenant")
+    listing.add_argument("--limit", type=int, default=50)
+    stats = jobs_sub.add_parser("stats", help="depth and age of the queue by kind")
+    stats.add_argument("--tenant")
+    requeue = jobs_sub.add_parser("requeue", help="put dead jobs back in the queue")
+    requeue.add_argument("ids", nargs="*", type=int, help="job ids")
+    requeue.add_argument("--all-dead", action="store_true", help="every dead job")
+    requeue.add_argument("--kind", help="with --all-dead: only this kind")
+    requeue.add_argument("--tenant", help="with --all-dead: only this tenant")
+    prune = jobs_sub.add_parser("prune", help="delete finished jobs now")
+    prune.add_argument(
+        "--older-than-days", type=float, default=None, help="default MNEMO_JOB_RETENTION_DAYS"
+    )
+    prune.add_argument("--dead", action="store_true", help="dead jobs too")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,12 +430,17 @@ def main(argv: list[str] | None = None) -> int:
     reembed = sub.add_parser(
         "reembed", help="recompute memory vectors made by another embedding model"
     )
+    reembed.add_argument(
+        "--wait", action="store_true", help="wait for the workers to finish, with a progress bar"
+    )
+    reembed.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
     reembed.set_defaults(func=cmd_reembed)
     misses = sub.add_parser("misses", help="samples of what compression took away too early")
     misses_sub = misses.add_subparsers(dest="misses_command", required=True)
     export = misses_sub.add_parser("export", help="print every sample as JSON lines")
     export.add_argument("--tenant", default=None, help="only this tenant's samples")
     misses.set_defaults(func=cmd_misses)
+    _add_jobs_parser(sub)
     keys = sub.add_parser("keys", help="create, revoke and list API keys")
     keys.set_defaults(func=cmd_keys)
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -300,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     settings = Settings()
+    if getattr(args, "older_than_days", 0) is None:
+        args.older_than_days = settings.job_retention_days
     configure_logging(settings.log_level, json_logs=settings.log_json)
     return int(args.func(settings, args))
 

@@ -20,9 +20,11 @@ from app.api import openapi, problems
 from app.api.limits import BodyLimitMiddleware
 from app.api.middleware import ObservabilityMiddleware
 from app.api.routes import compression, health, memories, misses, sessions, tasks
+from app.api.tracing import TracingMiddleware
 from app.compression.audit import CompressionRecord
 from app.compression.extract.isolated import IsolatedRuleExtractor, shared_processes
 from app.compression.extract.llm import LLMExtractor
+from app.core import tracing
 from app.core.config import Settings, reveal
 from app.core.metrics import Metrics
 from app.core.tokens import encoding
@@ -41,9 +43,11 @@ from app.services.memory_jobs import (
     sweep_expired,
 )
 from app.services.sessions import recount_tokens
+from app.stores import queue
 from app.stores.engine import make_engine
 from app.stores.migrate import head_revision
 from app.stores.tables import EMBEDDING_DIM
+from app.ui import routes as ui
 from app.worker import Worker, metrics_on_job_event
 
 
@@ -74,6 +78,10 @@ def build_handlers(
             metrics.extractor_fallbacks.inc()
         if record.dropped_units:
             metrics.units_dropped.inc(record.dropped_units)
+        if record.llm_prompt_tokens:
+            metrics.llm_tokens.labels("prompt").inc(record.llm_prompt_tokens)
+        if record.llm_completion_tokens:
+            metrics.llm_tokens.labels("completion").inc(record.llm_completion_tokens)
 
     def on_misses(count: int) -> None:
         if metrics is not None:
@@ -133,13 +141,24 @@ def build_worker(
         if metrics is not None and deleted:
             metrics.memories_expired.inc(deleted)
 
+    async def prune_done() -> None:
+        async with engine.begin() as conn:
+            pruned = await queue.prune(
+                conn, older_than_s=settings.job_retention_days * 86400, statuses=("done",)
+            )
+        if metrics is not None and pruned:
+            metrics.jobs_pruned.inc(pruned)
+
     shared_processes().prestart()  # the extraction child starts now, not on a first job
     return Worker(
         engine=engine,
         handlers=build_handlers(settings, http=http, metrics=metrics, embedder=embedder),
         settings=settings,
         on_event=metrics_on_job_event(metrics) if metrics is not None else None,
-        periodic=[(settings.memory_sweep_interval_s, sweep)],
+        periodic=[
+            (settings.memory_sweep_interval_s, sweep),
+            (settings.job_prune_interval_s, prune_done),
+        ],
     )
 
 
@@ -160,6 +179,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_engine = engine is None
         app.state.engine = engine or make_engine(database_url, pool_size=settings.db_pool_size)
+        tracing.instrument_engine(app.state.engine)
         app.state.guard = Guard(app.state.engine)
         stop = asyncio.Event()
         worker_task = None
@@ -203,12 +223,14 @@ def create_app(
     )
     encoding()  # load the tokenizer now, not inside the first requests
     metrics = Metrics()
+    tracing.setup(settings.tracing)
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.trigger_policy = policy_from_settings(settings)  # built once, not per post
     app.state.head_revision = head_revision()
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)
+    app.add_middleware(TracingMiddleware)  # outermost: its span covers the whole request
     problems.install(app)
     app.include_router(health.router)
     app.include_router(sessions.router)
@@ -216,5 +238,6 @@ def create_app(
     app.include_router(memories.router)
     app.include_router(tasks.router)
     app.include_router(misses.router)
+    app.include_router(ui.router)
     openapi.install(app)
     return app

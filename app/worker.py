@@ -20,6 +20,7 @@ import asyncpg
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.core import tracing
 from app.core.config import Settings
 from app.core.retry import GiveUp, decide_retry
 from app.services.jobs import Handler, JobContext, LeaseLost
@@ -114,7 +115,13 @@ class Worker:
         ctx = JobContext(engine=self.engine, job=job, worker=self.name, settings=self.settings)
         heartbeat = asyncio.create_task(self._heartbeat(job))
         try:
-            await handler(ctx)
+            with tracing.span(
+                f"job {job.kind}",
+                kind="consumer",
+                link=job.payload.get(tracing.TRACE_KEY),
+                attributes={"mnemo.job.id": job.id, "mnemo.job.attempt": job.attempts},
+            ):
+                await handler(ctx)
             if not ctx.committed:
                 async with self.engine.begin() as conn:
                     await queue.complete(conn, job_id=job.id, worker=self.name)

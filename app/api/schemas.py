@@ -584,6 +584,12 @@ class EventSummaryOut(BaseModel):
     )
     change_summary: str
     job_id: int | None
+    llm_prompt_tokens: int | None = Field(
+        default=None,
+        description="Tokens the LLM extractor's calls used, as the API reported them (failed"
+        " calls included); null when no LLM was called.",
+    )
+    llm_completion_tokens: int | None = None
 
 
 class EventOut(EventSummaryOut):

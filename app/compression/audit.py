@@ -43,6 +43,9 @@ class CompressionRecord:
     change_summary: str
     dropped_units: int  # failed validation; counted, noted in change_summary, not stored
     job_id: int | None
+    # Tokens the LLM extractor's calls used, as the API reported them (None: no call).
+    llm_prompt_tokens: int | None = None
+    llm_completion_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,8 @@ class EventSummary:
     fallback_reason: str | None
     change_summary: str
     job_id: int | None
+    llm_prompt_tokens: int | None  # what the LLM extractor's calls used; None: no call
+    llm_completion_tokens: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(default=5, ge=1)
     job_backoff_base_s: float = Field(default=2.0, gt=0)
     job_backoff_max_s: float = Field(default=300.0, gt=0)
+    # Finished jobs are deleted this long after they finished (each worker prunes every
+    # job_prune_interval_s); dead jobs are kept until requeued or pruned by hand.
+    job_retention_days: float = Field(default=7.0, gt=0)
+    job_prune_interval_s: float = Field(default=3600.0, gt=0)
     worker_metrics_port: int | None = Field(
         default=None,
         ge=0,
@@ -139,6 +143,8 @@ class Settings(BaseSettings):
     # Logging
     log_level: LogLevel = "INFO"
     log_json: bool = Field(default=True, description="One JSON object per log line.")
+    # OpenTelemetry spans (the `otel` extra), exported as the OTEL_* variables say.
+    tracing: bool = False
 
     @property
     def history_budget_tokens(self) -> int:

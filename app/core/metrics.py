@@ -69,12 +69,23 @@ class Metrics:
             registry=r,
         )
         self.jobs = Counter("mnemo_jobs_total", "Job outcomes", ["kind", "outcome"], registry=r)
+        self.jobs_pruned = Counter(
+            "mnemo_jobs_pruned_total",
+            "Finished jobs deleted after MNEMO_JOB_RETENTION_DAYS",
+            registry=r,
+        )
         self.queue_depth = Gauge("mnemo_job_queue_depth", "Jobs by status", ["status"], registry=r)
         self.queue_oldest_age = Gauge(
             "mnemo_job_queue_oldest_age_seconds", "Age of the oldest queued job", registry=r
         )
         self.llm_calls = Counter(
             "mnemo_llm_calls_total", "LLM calls by outcome", ["outcome"], registry=r
+        )
+        self.llm_tokens = Counter(
+            "mnemo_llm_tokens_total",
+            "Tokens the LLM extractor's calls used, as the API reported them",
+            ["kind"],
+            registry=r,
         )
         self.llm_latency = Histogram(
             "mnemo_llm_latency_seconds", "LLM call latency", buckets=LATENCY_BUCKETS, registry=r

@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 
+from app.core import tracing
 from app.core.config import Settings, reveal
 from app.core.llm import LLMBadResponse, LLMError, LLMUnavailable
 
@@ -40,6 +42,45 @@ class LLMStats:
     @property
     def mean_ms(self) -> float:
         return self.total_ms / self.calls if self.calls else 0.0
+
+
+@dataclass
+class TokenUsage:
+    """Tokens the LLM calls of one piece of work used, as the API reported them."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+# The tally of the work running in this task (one compression job): whoever wants its
+# own count sets a fresh TokenUsage; each reply's ``usage`` is added to it. A context
+# variable, because one client serves concurrent jobs.
+current_usage: ContextVar[TokenUsage | None] = ContextVar("mnemo_llm_usage", default=None)
+
+
+def _record_usage(data: Any) -> None:
+    usage = data.get("usage") if isinstance(data, dict) else None
+    reported = {
+        name: value
+        for name in ("prompt_tokens", "completion_tokens")
+        if isinstance(usage, dict)
+        and isinstance(value := usage.get(name), int)
+        and not isinstance(value, bool)
+        and value >= 0
+    }
+    tracing.annotate(
+        {
+            "gen_ai.usage.input_tokens": reported.get("prompt_tokens", 0),
+            "gen_ai.usage.output_tokens": reported.get("completion_tokens", 0),
+        }
+    )
+    tally = current_usage.get()
+    if tally is None:
+        return
+    tally.calls += 1
+    tally.prompt_tokens += reported.get("prompt_tokens", 0)
+    tally.completion_tokens += reported.get("completion_tokens", 0)
 
 
 class ChatClient:
@@ -86,17 +127,19 @@ class ChatClient:
         started = time.perf_counter()
         self.stats.calls += 1
         outcome = "ok"
-        try:
-            return await self._post(body)
-        except LLMError as exc:
-            self.stats.errors += 1
-            outcome = "unavailable" if isinstance(exc, LLMUnavailable) else "bad_response"
-            raise
-        finally:
-            elapsed = time.perf_counter() - started
-            self.stats.total_ms += elapsed * 1000
-            if self._observe is not None:
-                self._observe(outcome, elapsed)
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": self.model}
+        with tracing.span("llm chat", kind="client", attributes=attributes):
+            try:
+                return await self._post(body)
+            except LLMError as exc:
+                self.stats.errors += 1
+                outcome = "unavailable" if isinstance(exc, LLMUnavailable) else "bad_response"
+                raise
+            finally:
+                elapsed = time.perf_counter() - started
+                self.stats.total_ms += elapsed * 1000
+                if self._observe is not None:
+                    self._observe(outcome, elapsed)
 
     def _format(self, schema: dict[str, Any] | None) -> dict[str, Any]:
         if self._response_format == "json_schema" and schema is not None:
@@ -145,6 +188,7 @@ def _content(response: httpx.Response) -> str:
         data = response.json()
     except ValueError as exc:
         raise LLMBadResponse("response body is not JSON") from exc
+    _record_usage(data)  # billed even when the content is unusable
     try:
         content = data["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError) as exc:

@@ -36,6 +36,7 @@ from app.core.tokens import count_tokens
 from app.core.turns import TurnView
 from app.memories.bm25 import index_terms
 from app.providers.embed import Embedder, EmbeddingError
+from app.providers.llm import TokenUsage, current_usage
 from app.services import tasks as task_service
 from app.services.jobs import JobContext, job
 from app.stores import compression as repo
@@ -178,7 +179,12 @@ async def compress(ctx: JobContext, deps: CompressionDeps) -> None:
     if not chosen.turns:
         return
     started = time.perf_counter()
-    result = await _extract(deps, chosen.turns, snap.state)
+    usage = TokenUsage()
+    reset = current_usage.set(usage)
+    try:
+        result = await _extract(deps, chosen.turns, snap.state)
+    finally:
+        current_usage.reset(reset)
     # What people wrote decides the language, not tool output (JSON keys are English).
     language = snap.state.language or detect_language(
         v.content for *_, v in snap.live if v.role in ("user", "assistant", "system")
@@ -222,6 +228,8 @@ async def compress(ctx: JobContext, deps: CompressionDeps) -> None:
         change_summary=change_summary + _dropped_note(result.dropped),
         dropped_units=result.dropped,
         job_id=ctx.job.id,
+        llm_prompt_tokens=usage.prompt_tokens if usage.calls else None,
+        llm_completion_tokens=usage.completion_tokens if usage.calls else None,
     )
 
     async def apply(conn: AsyncConnection) -> repo.Applied:

@@ -76,10 +76,11 @@ UPSERT_STATE = text("""
 INSERT_EVENT = text("""
     INSERT INTO compression_events (session_id, trigger, tier, state_version, turn_ids, turn_seqs,
         input_tokens, output_tokens, ratio, duration_ms, extractor, fallback_reason, units,
-        rendered_state, change_summary, job_id)
+        rendered_state, change_summary, job_id, state, llm_prompt_tokens, llm_completion_tokens)
     VALUES (:sid, :trigger, :tier, :version, :turn_ids, :turn_seqs,
         :input_tokens, :output_tokens, :ratio, :duration_ms, :extractor, :fallback_reason,
-        :units, :rendered_state, :change_summary, :job_id)
+        :units, :rendered_state, :change_summary, :job_id, :state, :llm_prompt_tokens,
+        :llm_completion_tokens)
     RETURNING id
 """)
 
@@ -168,6 +169,9 @@ async def apply_compression(
                 "rendered_state": record.rendered_state,
                 "change_summary": record.change_summary,
                 "job_id": record.job_id,
+                "state": state.model_dump(mode="json"),
+                "llm_prompt_tokens": record.llm_prompt_tokens,
+                "llm_completion_tokens": record.llm_completion_tokens,
             },
         )
     ).scalar_one()

@@ -13,6 +13,7 @@ from app.core.errors import NotFound
 SUMMARY_COLUMNS = """
     e.id, e.created_at, e.trigger, e.tier, e.state_version, e.input_tokens, e.output_tokens,
     e.ratio, e.duration_ms, e.extractor, e.fallback_reason, e.change_summary, e.job_id,
+    e.llm_prompt_tokens, e.llm_completion_tokens,
     jsonb_array_length(e.turn_seqs) AS turn_count
 """
 
@@ -52,6 +53,8 @@ def _summary_fields(row: Any) -> dict[str, Any]:
         "fallback_reason": row.fallback_reason,
         "change_summary": row.change_summary,
         "job_id": row.job_id,
+        "llm_prompt_tokens": row.llm_prompt_tokens,
+        "llm_completion_tokens": row.llm_completion_tokens,
     }
 
 
@@ -80,3 +83,54 @@ async def get_event(conn: AsyncConnection, *, session_pk: int, event_id: int) ->
 async def event_for_job(conn: AsyncConnection, *, session_pk: int, job_id: int) -> int | None:
     found = (await conn.execute(EVENT_BY_JOB, {"sid": session_pk, "job": job_id})).scalar()
     return None if found is None else int(found)
+
+
+# --- The inspector's reads ------------------------------------------------------------
+
+# timeline_events: every compression of a session, oldest first, with the seq span it took.
+TIMELINE_EVENTS = text(f"""
+    SELECT {SUMMARY_COLUMNS},
+           (SELECT min(x::int) FROM jsonb_array_elements_text(e.turn_seqs) x) AS first_seq,
+           (SELECT max(x::int) FROM jsonb_array_elements_text(e.turn_seqs) x) AS last_seq
+    FROM compression_events e
+    WHERE e.session_id = :sid
+    ORDER BY e.id
+""")
+
+# event_states: the state a compression committed, the state it started from (the one
+# the previous version committed), and both renderings.
+EVENT_STATES = text("""
+    SELECT e.state AS after, e.rendered_state AS rendered_after,
+           p.state AS before, p.rendered_state AS rendered_before, e.state_version
+    FROM compression_events e
+    LEFT JOIN LATERAL (
+        SELECT state, rendered_state FROM compression_events
+        WHERE session_id = e.session_id AND state_version = e.state_version - 1
+        ORDER BY id DESC LIMIT 1) p ON true
+    WHERE e.session_id = :sid AND e.id = :id
+""")
+
+
+async def timeline_events(conn: AsyncConnection, *, session_pk: int) -> list[dict[str, Any]]:
+    return [
+        {
+            **_summary_fields(r),
+            "first_seq": r.first_seq,
+            "last_seq": r.last_seq,
+        }
+        for r in await conn.execute(TIMELINE_EVENTS, {"sid": session_pk})
+    ]
+
+
+async def event_states(conn: AsyncConnection, *, session_pk: int, event_id: int) -> dict[str, Any]:
+    """``before``/``after`` states (None where not stored) and renderings of one event."""
+    row = (await conn.execute(EVENT_STATES, {"sid": session_pk, "id": event_id})).first()
+    if row is None:
+        raise NotFound(f"event {event_id} not found in this session")
+    first = row.state_version == 1
+    return {
+        "after": row.after if row.after is not None else None,
+        "before": {} if first else (row.before if row.before is not None else None),
+        "rendered_after": row.rendered_after,
+        "rendered_before": "" if first else (row.rendered_before or ""),
+    }

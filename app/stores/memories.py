@@ -506,3 +506,43 @@ async def forget_embeddings(conn: AsyncConnection, *, model: str) -> list[tuple[
     """Drop vectors not made by ``model``; (tenant, user pk) of each memory changed."""
     rows = await conn.execute(FORGET_EMBEDDINGS, {"model": model})
     return [(r.tenant_id, r.user_id) for r in rows]
+
+
+# set_pinned: pin (never expires) or unpin (expires its ttl after its last confirmation;
+# a memory with no ttl keeps none).
+SET_PINNED = text("""
+    UPDATE memories SET pinned = :pinned,
+        expires_at = CASE WHEN :pinned OR ttl_days IS NULL THEN NULL
+                          ELSE greatest(last_confirmed_at + make_interval(days => ttl_days),
+                                        now() + interval '1 day') END
+    WHERE id = :id AND user_id = :user_pk AND superseded_by IS NULL
+    RETURNING id
+""")
+
+
+async def set_pinned(conn: AsyncConnection, *, user_pk: int, memory_id: int, pinned: bool) -> bool:
+    found = await conn.execute(SET_PINNED, {"id": memory_id, "user_pk": user_pk, "pinned": pinned})
+    return found.first() is not None
+
+
+@dataclass(frozen=True)
+class EmbeddingProgress:
+    missing: int  # live memories without a vector
+    waiting_jobs: int  # embedding jobs queued or running
+    dead_jobs: int
+
+
+# embedding_progress: what `mnemo reembed --wait` watches.
+EMBEDDING_PROGRESS = text("""
+    SELECT (SELECT count(*) FROM memories
+             WHERE embedding IS NULL AND superseded_by IS NULL) AS missing,
+           (SELECT count(*) FROM jobs
+             WHERE kind = 'embed_memories' AND status IN ('queued', 'running')) AS waiting_jobs,
+           (SELECT count(*) FROM jobs
+             WHERE kind = 'embed_memories' AND status = 'dead') AS dead_jobs
+""")
+
+
+async def embedding_progress(conn: AsyncConnection) -> EmbeddingProgress:
+    row = (await conn.execute(EMBEDDING_PROGRESS)).one()
+    return EmbeddingProgress(row.missing, row.waiting_jobs, row.dead_jobs)

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core import tracing
 from app.core.jobs import priority_of
 
 CHANNEL = "mnemo_jobs"
@@ -172,7 +173,7 @@ async def enqueue(
                 "tenant_id": tenant_id,
                 "session_id": session_id,
                 "kind": str(kind),
-                "payload": payload or {},
+                "payload": _traced(payload),
                 "max_attempts": max_attempts,
                 "delay_s": delay_s,
                 "dedup_key": dedup_key,
@@ -182,6 +183,12 @@ async def enqueue(
         )
     ).first()
     return None if row is None else int(row.id)
+
+
+def _traced(payload: dict[str, Any] | None) -> dict[str, Any]:
+    """The payload, with the trace context of whoever enqueues it when tracing is on."""
+    context = tracing.carrier()
+    return {**(payload or {}), tracing.TRACE_KEY: context} if context else payload or {}
 
 
 async def claim(conn: AsyncConnection, *, worker: str, lease_s: float) -> Job | None:
@@ -245,3 +252,163 @@ async def queue_stats(conn: AsyncConnection) -> list[StatusCount]:
         StatusCount(status=r.status, n=r.n, age_s=float(r.age or 0))
         for r in await conn.execute(QUEUE_STATS)
     ]
+
+
+# --- Operator tools: listing, statistics, requeue and prune (the CLI and /ui) ---------
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as an operator sees it."""
+
+    id: int
+    tenant_id: str
+    session: str | None  # the session's external id, when the job has one
+    kind: str
+    status: str
+    attempts: int
+    max_attempts: int
+    run_after: datetime
+    locked_by: str | None
+    locked_until: datetime | None
+    last_error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class KindStats:
+    """Depth and age of one kind of job."""
+
+    kind: str
+    queued: int
+    running: int
+    dead: int
+    done: int
+    oldest_queued_s: float | None  # age of the oldest waiting job
+
+
+# list_jobs: jobs by status (and kind, tenant), newest change first; tenant NULL = all.
+LIST_JOBS = text("""
+    SELECT j.id, j.tenant_id, s.external_id AS session, j.kind, j.status, j.attempts,
+           j.max_attempts, j.run_after, j.locked_by, j.locked_until, j.last_error,
+           j.created_at, j.finished_at
+    FROM jobs j LEFT JOIN sessions s ON s.id = j.session_id
+    WHERE (CAST(:tenant AS text) IS NULL OR j.tenant_id = :tenant)
+      AND (CAST(:status AS text) IS NULL OR j.status = :status)
+      AND (CAST(:kind AS text) IS NULL OR j.kind = :kind)
+    ORDER BY j.updated_at DESC, j.id DESC
+    LIMIT :limit
+""")
+
+# kind_stats: per kind, how many jobs wait, run, died and finished, and the oldest wait.
+KIND_STATS = text("""
+    SELECT kind,
+           count(*) FILTER (WHERE status = 'queued') AS queued,
+           count(*) FILTER (WHERE status = 'running') AS running,
+           count(*) FILTER (WHERE status = 'dead') AS dead,
+           count(*) FILTER (WHERE status = 'done') AS done,
+           extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'queued'))
+               AS oldest_queued_s
+    FROM jobs
+    WHERE CAST(:tenant AS text) IS NULL OR tenant_id = :tenant
+    GROUP BY kind
+    ORDER BY kind
+""")
+
+# requeue: a dead job back to the queue with fresh attempts, unless an equal job
+# already waits (the one-queued indexes would refuse it; a race with another requeue
+# is answered by the caller from the unique violation).
+REQUEUE = text("""
+    WITH back AS (
+        UPDATE jobs SET status = 'queued', attempts = 0, run_after = now(),
+                        locked_by = NULL, locked_until = NULL, finished_at = NULL,
+                        updated_at = now()
+        WHERE id = :id AND status = 'dead'
+          AND (CAST(:tenant AS text) IS NULL OR tenant_id = :tenant)
+          AND NOT EXISTS (
+              SELECT 1 FROM jobs q
+              WHERE q.status = 'queued' AND q.id <> jobs.id
+                AND ((q.session_id = jobs.session_id AND q.kind = jobs.kind)
+                     OR q.dedup_key = jobs.dedup_key))
+        RETURNING id, kind)
+    SELECT id, pg_notify(:channel, kind) FROM back
+""")
+
+# dead_ids: the dead jobs a bulk requeue takes (optionally of one kind).
+DEAD_IDS = text("""
+    SELECT id FROM jobs
+    WHERE status = 'dead' AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+      AND (CAST(:tenant AS text) IS NULL OR tenant_id = :tenant)
+    ORDER BY id
+""")
+
+# prune: finished jobs older than the retention, in batches so one run never holds
+# a long lock on the queue.
+PRUNE = text("""
+    DELETE FROM jobs WHERE id IN (
+        SELECT id FROM jobs
+        WHERE status = ANY(CAST(:statuses AS text[]))
+          AND finished_at < now() - make_interval(secs => :older_than_s)
+        LIMIT :batch)
+""")
+
+
+async def list_jobs(
+    conn: AsyncConnection,
+    *,
+    tenant: str | None,
+    status: str | None = None,
+    kind: str | None = None,
+    limit: int = 50,
+) -> list[JobRow]:
+    rows = await conn.execute(
+        LIST_JOBS, {"tenant": tenant, "status": status, "kind": kind, "limit": limit}
+    )
+    return [JobRow(**r._asdict()) for r in rows]
+
+
+async def kind_stats(conn: AsyncConnection, *, tenant: str | None) -> list[KindStats]:
+    rows = await conn.execute(KIND_STATS, {"tenant": tenant})
+    return [
+        KindStats(
+            kind=r.kind,
+            queued=r.queued,
+            running=r.running,
+            dead=r.dead,
+            done=r.done,
+            oldest_queued_s=None if r.oldest_queued_s is None else float(r.oldest_queued_s),
+        )
+        for r in rows
+    ]
+
+
+async def requeue(conn: AsyncConnection, *, job_id: int, tenant: str | None) -> bool:
+    """Put a dead job back in the queue; False when it is not dead (or not this tenant's)
+    or an equal job already waits. May raise IntegrityError in a race; see REQUEUE."""
+    row = (
+        await conn.execute(REQUEUE, {"id": job_id, "tenant": tenant, "channel": CHANNEL})
+    ).first()
+    return row is not None
+
+
+async def dead_job_ids(
+    conn: AsyncConnection, *, tenant: str | None, kind: str | None = None
+) -> list[int]:
+    return [
+        int(i) for i in (await conn.execute(DEAD_IDS, {"tenant": tenant, "kind": kind})).scalars()
+    ]
+
+
+async def prune(
+    conn: AsyncConnection,
+    *,
+    older_than_s: float,
+    statuses: tuple[str, ...] = ("done",),
+    batch: int = 10_000,
+) -> int:
+    """Delete up to ``batch`` finished jobs older than ``older_than_s``; returns how many."""
+    result = await conn.execute(
+        PRUNE, {"older_than_s": older_than_s, "statuses": list(statuses), "batch": batch}
+    )
+    return int(result.rowcount or 0)

@@ -556,3 +556,123 @@ async def claim_for_agent(
     params = {"tenant": tenant, "session": session, "agent": agent}
     row = (await conn.execute(CLAIM_FOR_AGENT, params)).first()
     return None if row is None else row.agent
+
+
+# --- The inspector's reads ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """One line of the sessions overview."""
+
+    pk: int
+    session: str
+    user: str
+    created_at: datetime
+    updated_at: datetime
+    turn_count: int
+    total_tokens: int  # what the whole raw history costs
+    live_tokens: int  # turns not compacted yet
+    state_tokens: int  # the rendered task state
+    state_version: int
+    compressions: int
+    last_compression_at: datetime | None
+    pending_jobs: int
+
+
+@dataclass(frozen=True)
+class TimelineTurn:
+    seq: int
+    id: str
+    role: str
+    content: str | None
+    name: str | None
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+    tokens: int
+    emphasized: bool
+    created_at: datetime
+    compacted: bool
+    event_id: int | None  # the compression that took it
+
+
+# Sort keys of the overview; the value is an ORDER BY clause from this fixed set only.
+SESSION_ORDER = {
+    "activity": "s.updated_at DESC, s.id DESC",
+    "turns": "s.turn_count DESC, s.id DESC",
+    "tokens": "s.total_tokens DESC, s.id DESC",
+    "compressions": "s.compressions DESC, s.id DESC",
+    "pending": "pending_jobs DESC, s.updated_at DESC, s.id DESC",
+}
+
+# sessions_overview: a tenant's sessions (one, or those whose session or user id
+# contains the search), with their counters and pending jobs.
+SESSIONS_OVERVIEW = """
+    SELECT s.id AS pk, s.external_id AS session, u.external_id AS user, s.created_at,
+           s.updated_at, s.turn_count, s.total_tokens, s.history_tokens AS live_tokens,
+           coalesce(ts.rendered_tokens, 0) AS state_tokens,
+           coalesce(ts.version, 0) AS state_version, s.compressions, s.last_compression_at,
+           (SELECT count(*) FROM jobs j
+             WHERE j.session_id = s.id AND j.status IN ('queued', 'running')) AS pending_jobs
+    FROM sessions s
+    JOIN users u ON u.id = s.user_id
+    LEFT JOIN task_states ts ON ts.session_id = s.id
+    WHERE s.tenant_id = :tenant
+      AND (CAST(:exact AS text) IS NULL OR s.external_id = :exact)
+      AND (CAST(:user AS text) IS NULL OR u.external_id = :user)
+      AND (:pattern = '' OR s.external_id ILIKE :pattern OR u.external_id ILIKE :pattern)
+    ORDER BY {order}
+    LIMIT :limit
+"""
+_OVERVIEW = {key: text(SESSIONS_OVERVIEW.format(order=o)) for key, o in SESSION_ORDER.items()}
+
+# timeline_turns: a range of a session's archive with the compression that took each turn.
+TIMELINE_TURNS = text("""
+    SELECT seq, external_id AS id, role, content, name, tool_calls, tool_call_id, tokens,
+           emphasized, created_at, compacted, event_id
+    FROM turns
+    WHERE session_id = :sid AND seq > :after_seq
+    ORDER BY seq
+    LIMIT :limit
+""")
+
+
+def _like(search: str) -> str:
+    escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%" if search else ""
+
+
+async def sessions_overview(
+    conn: AsyncConnection, *, tenant: str, search: str = "", sort: str = "activity", limit: int
+) -> list[SessionRow]:
+    query = _OVERVIEW.get(sort, _OVERVIEW["activity"])
+    params = {"pattern": _like(search.strip()), "limit": limit}
+    return [SessionRow(**r._asdict()) for r in await conn.execute(query, _p(tenant, **params))]
+
+
+async def user_sessions(
+    conn: AsyncConnection, *, tenant: str, user: str, limit: int
+) -> list[SessionRow]:
+    rows = await conn.execute(_OVERVIEW["activity"], _p(tenant, user=user, limit=limit))
+    return [SessionRow(**r._asdict()) for r in rows]
+
+
+def _p(tenant: str, **given: Any) -> dict[str, Any]:
+    return {"tenant": tenant, "exact": None, "user": None, "pattern": "", **given}
+
+
+async def session_row(conn: AsyncConnection, *, tenant: str, session: str) -> SessionRow:
+    params = _p(tenant, exact=session, limit=1)
+    row = (await conn.execute(_OVERVIEW["activity"], params)).first()
+    if row is None:
+        raise NotFound(f"session {session!r} not found")
+    return SessionRow(**row._asdict())
+
+
+async def timeline_turns(
+    conn: AsyncConnection, *, session_pk: int, after_seq: int, limit: int
+) -> list[TimelineTurn]:
+    rows = await conn.execute(
+        TIMELINE_TURNS, {"sid": session_pk, "after_seq": after_seq, "limit": limit}
+    )
+    return [TimelineTurn(**r._asdict()) for r in rows]

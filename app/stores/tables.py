@@ -209,6 +209,11 @@ compression_events = Table(
     Column("rendered_state", Text, nullable=False),
     Column("change_summary", Text, nullable=False),
     Column("job_id", BigInteger),
+    # The state this compression committed, for the inspector's before/after diff.
+    Column("state", JSONB),
+    # Tokens the LLM extractor's calls used (null: no LLM call).
+    Column("llm_prompt_tokens", Integer),
+    Column("llm_completion_tokens", Integer),
     Index("compression_events_session_idx", "session_id", "id"),
 )
 

@@ -154,6 +154,11 @@ class ScriptedLLM:
                     "finish_reason": "stop",
                 }
             ],
+            # Deterministic stand-ins for token counts: characters in and out.
+            "usage": {
+                "prompt_tokens": len(json.dumps(body.get("messages", []))),
+                "completion_tokens": len(reply.content or ""),
+            },
         }
         return JSONResponse(envelope, status_code=reply.status, headers=reply.headers)
 

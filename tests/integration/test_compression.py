@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -247,6 +248,10 @@ async def test_compression_through_a_scripted_llm_and_its_failure(
                 assert r["extractor"] == "llm:tiny" and r["fallback_reason"] is None
                 assert "Never deploy on Fridays." in r["rendered_state"]
                 assert "step 1" in llm.requests[0]["messages"][-1]["content"]
+                # The tokens the API reported for this compression's one call (the fake
+                # reports characters).
+                assert r["llm_prompt_tokens"] == len(json.dumps(llm.requests[0]["messages"]))
+                assert r["llm_completion_tokens"] > 0
 
                 more = [
                     {"role": "user", "content": f"Always run the tests first ({i})."}
@@ -259,9 +264,13 @@ async def test_compression_through_a_scripted_llm_and_its_failure(
                 assert r["fallback_reason"].startswith("llm: invalid output")
                 assert "Always run the tests first" in r["rendered_state"]
                 assert "Never deploy on Fridays." in r["rendered_state"]  # nothing lost
+                # Both failed calls were billed, and are counted.
+                prompts = [len(json.dumps(q["messages"])) for q in llm.requests]
+                assert len(prompts) == 3 and r["llm_prompt_tokens"] == sum(prompts[1:])
                 metrics = (await c.get("/metrics")).text
                 assert "mnemo_extractor_fallbacks_total 1.0" in metrics
                 assert 'mnemo_llm_calls_total{outcome="ok"} 3.0' in metrics
+                assert f'mnemo_llm_tokens_total{{kind="prompt"}} {sum(prompts)}.0' in metrics
                 assert (
                     'mnemo_compressions_total{extractor="llm:tiny",trigger="manual"} 1.0' in metrics
                 )

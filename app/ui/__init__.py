@@ -1,0 +1,1 @@
+"""The inspector: server-rendered pages under /ui for operators (admin keys only)."""
