@@ -524,6 +524,13 @@ export interface components {
             change_summary: string;
             /** Job Id */
             job_id: number | null;
+            /**
+             * Llm Prompt Tokens
+             * @description Tokens the LLM extractor's calls used, as the API reported them (failed calls included); null when no LLM was called.
+             */
+            llm_prompt_tokens?: number | null;
+            /** Llm Completion Tokens */
+            llm_completion_tokens?: number | null;
             /** Turn Ids */
             turn_ids: string[];
             /** Turn Seqs */
@@ -647,6 +654,13 @@ export interface components {
             change_summary: string;
             /** Job Id */
             job_id: number | null;
+            /**
+             * Llm Prompt Tokens
+             * @description Tokens the LLM extractor's calls used, as the API reported them (failed calls included); null when no LLM was called.
+             */
+            llm_prompt_tokens?: number | null;
+            /** Llm Completion Tokens */
+            llm_completion_tokens?: number | null;
             /** Turn Ids */
             turn_ids: string[];
             /** Turn Seqs */
@@ -715,6 +729,13 @@ export interface components {
             change_summary: string;
             /** Job Id */
             job_id: number | null;
+            /**
+             * Llm Prompt Tokens
+             * @description Tokens the LLM extractor's calls used, as the API reported them (failed calls included); null when no LLM was called.
+             */
+            llm_prompt_tokens?: number | null;
+            /** Llm Completion Tokens */
+            llm_completion_tokens?: number | null;
         };
         /** EventsOut */
         EventsOut: {
