@@ -27,6 +27,8 @@ def an_event(created_at: datetime) -> Event:
         fallback_reason=None,
         change_summary="+1 constraint",
         job_id=11,
+        llm_prompt_tokens=120,
+        llm_completion_tokens=None,
         turn_ids=["m-1", "t_2"],
         turn_seqs=[1, 2],
         units=[{"kind": "constraint", "text": "no overnight trains", "source_seqs": [1]}],
