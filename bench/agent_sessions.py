@@ -27,6 +27,9 @@ from typing import Any
 from bench._replay import Job, mean, replay_all, shared_data, table
 
 TARGETS = {"recall": 0.97, "noise": 0.05}
+# Held out since issue 10's second round (h10b): one domain per language whose
+# misses were not read while rules changed. Earlier rounds saw every session.
+HELDOUT = frozenset(("en-reno-01", "en-reno-02", "zh-wedding-01", "zh-wedding-02"))
 KINDS = ("must", "done", "pending", "latest", "ids")
 
 
@@ -62,6 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=2500)
     parser.add_argument("--window", type=int, default=8192, help="MNEMO_MODEL_WINDOW_TOKENS")
     parser.add_argument("--only", nargs="*", default=None, help="session names")
+    parser.add_argument(
+        "--split",
+        choices=("dev", "heldout", "all"),
+        default="all",
+        help="heldout: the sessions in HELDOUT; dev: the others",
+    )
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="JSON with contexts and checks")
     parser.add_argument("--misses", action="store_true", help="print every failed check")
@@ -70,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sessions = json.loads(corpus.read_text(encoding="utf-8"))
     if args.only:
         sessions = [s for s in sessions if s["name"] in args.only]
+    if args.split != "all":
+        held = args.split == "heldout"
+        sessions = [s for s in sessions if (s["name"] in HELDOUT) == held]
     scorer = load_scorer()
     began = time.perf_counter()
     jobs = [Job(s["name"], s["user_id"], s["messages"]) for s in sessions]
@@ -122,6 +134,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sm, st = summarise(mnemo), summarise(trunc)
     print()
+    if args.split == "all":
+        for split, held in (("dev", False), ("heldout", True)):
+            part = [
+                m for s, m in zip(sessions, mnemo, strict=True) if (s["name"] in HELDOUT) == held
+            ]
+            if part:
+                ps = summarise(part)
+                print(
+                    f"{split:<8} Mnemo recall {ps['recall']:.3f} ({ps['passed']}/{ps['total']}); "
+                    f"noise {ps['noise']:.3f}"
+                )
     for label, s in (("Mnemo", sm), ("truncation", st)):
         kinds = ", ".join(f"{k} {p}/{t}" for k, (p, t) in s["by_kind"].items())
         print(

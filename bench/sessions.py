@@ -9,7 +9,8 @@ retries, chit-chat, acknowledgements — with the items a compressor must keep
 
 * ``constraint`` — a rule the user stated (some ``emphasized``);
 * ``action_done`` — a successful tool call; recalled by a "Done"/"已完成" line
-  naming the tool and an id from its result;
+  naming the tool and an id from its result (for a lookup, its "Looked up"/"已查询"
+  line: reads are grouped per tool and keep the ids their newest call obtained);
 * ``action_failed`` — a failed call retried with other arguments; a
   "Failed"/"失败" line naming the tool and the error;
 * ``parameter_current`` / ``parameter_superseded_marked`` — a setting changed
@@ -37,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from bench.recall.rendered import DONE, FAILED, PENDING
+from bench.recall.rendered import DONE, FAILED, PENDING, READ
 from bench.scenarios import (
     Act,
     Answered,
@@ -205,7 +206,9 @@ class _Builder:
         ident = self.new_id(id_prefix)
         res = self.result(cid, {id_key: ident, **result(), "details": _details(self.rng)})
         self.add("assistant", _SAY.done_say[self.lang].format(tool=tool, id=ident))
-        self.plant("action_done", describe(ident), [call, res], phrases=(tool, ident), markers=DONE)
+        self.plant(
+            "action_done", describe(ident), [call, res], phrases=(tool, ident), markers=DONE + READ
+        )
 
     def new_id(self, prefix: str) -> str:
         if not prefix:  # airline record locators: six letters and digits

@@ -150,6 +150,9 @@ def stated_user_id(sample: Mapping[str, Any]) -> str | None:
     return uid if uid and uid in said else None
 
 
+PENDING_LINE = ("Pending:", "待确认：")
+
+
 def summarise(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     checks = [c for r in results for c in r["checks"]]
     by_kind: dict[str, list[int]] = {}
@@ -158,7 +161,9 @@ def summarise(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         by_kind[kind][0] += int(ok)
         by_kind[kind][1] += 1
     with_writes = [r for r in results if r["has_write"]]
+    pending = [r["pending_lines"] for r in results if "pending_lines" in r]
     return {
+        "mean_pending_lines": mean(pending) if pending else 0.0,
         "ledger_recall": sum(ok for *_, ok in checks) / len(checks) if checks else 1.0,
         "checks": len(checks),
         "by_kind": by_kind,
@@ -201,6 +206,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         ws = writes(s["traj"])
         uid = stated_user_id(s)
         m = judge.judge(r.context_text, r.messages, ws, uid)
+        # Not judged, only counted: items the context says still await the user
+        # (agent questions the conversation moved past should have expired).
+        m["pending_lines"] = sum(
+            line.startswith(PENDING_LINE) for line in r.context_text.splitlines()
+        )
         t = judge.judge(r.truncation_text, r.truncation_messages, ws, uid)
         split = "heldout" if s["task_id"] in HELDOUT_TASKS else "dev"
         per_split.setdefault(split, {"mnemo": [], "truncation": []})
@@ -244,6 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{split:<8} {label:<11} ledger recall {s['ledger_recall']:.3f} over "
                 f"{s['checks']} checks ({kinds}); newest write dropped in "
                 f"{s['newest_write_dropped']} of {s['sessions_with_writes']} sessions"
+                + (f"; {s['mean_pending_lines']:.2f} pending lines" if label == "mnemo" else "")
             )
     print(
         f"mean context tokens: Mnemo {mean([r.context_tokens for r in replayed]):.0f}, "

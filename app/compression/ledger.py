@@ -209,6 +209,46 @@ def undone_writes(
     return set(_undone_by([a for a in actions if tool_kind(a, kinds) == "write"]))
 
 
+def updated_values(
+    actions: Sequence[Action], kinds: Mapping[str, ToolKind] | None = None
+) -> list[tuple[str, str, str]]:
+    """``(argument, earlier value, current value)`` for every value a later write
+    replaced on the same object: ``create_batch(size=5000) → batch_id=B-1`` then
+    ``update_batch(batch_id=B-1, size=8000)`` gives ``("size", "5000", "8000")``.
+
+    The object is an id a write produced (a ref of its result) or acted on (an
+    id-like argument of an update), passed to the later write as an argument. Two
+    writes that only share an owner (the same customer) change nothing of each other.
+    """
+    writes = sorted(
+        (a for a in actions if a.status == "done" and tool_kind(a, kinds) == "write"),
+        key=lambda a: a.seq,
+    )
+    history: dict[tuple[str, str], list[str]] = {}  # (object id, argument) -> values
+    objects: set[str] = set()  # ids some write produced
+    for action in writes:
+        given = {str(v) for k, v in action.arguments.items() if _ID_KEY.search(k) and _scalar(v)}
+        acted_on = sorted(v for v in given if v in objects)
+        for obj in acted_on:
+            for key, value in action.arguments.items():
+                if _scalar(value) and not _ID_KEY.search(key) and str(value) not in given:
+                    history.setdefault((obj, key), []).append(str(value))
+        produced = [_split_ref(part)[1] for part in refs(action)]
+        for obj in produced:
+            if obj and obj not in objects and obj not in given:
+                objects.add(obj)
+                for key, value in action.arguments.items():
+                    if _scalar(value) and not _ID_KEY.search(key):
+                        history.setdefault((obj, key), []).append(str(value))
+    changes: list[tuple[str, str, str]] = []
+    for (_, key), values in history.items():
+        current = values[-1]
+        for old in dict.fromkeys(values[:-1]):
+            if old != current and (key, old, current) not in changes:
+                changes.append((key, old, current))
+    return changes
+
+
 def _values(arguments: Mapping[str, Any]) -> list[str]:
     """Scalar argument values as strings (nested lists and objects flattened)."""
     out: list[str] = []
@@ -284,6 +324,9 @@ def read_lines(
             extra += _used_values(calls, used)
         if extra:
             text += f" ({'; '.join(extra)})"
+        obtained = _obtained(calls) if detail < Detail.MINIMAL else []
+        if obtained:
+            text += f" → {', '.join(obtained)}"
         entries.append(LedgerLine(text, max(a.seq for a in calls)))
     if detail == Detail.MINIMAL:
         if not entries:
@@ -291,6 +334,29 @@ def read_lines(
         joined = lab["sep"].join(e.text for e in entries)
         return [*unresolved, LedgerLine(f"{lab['read']} {joined}", max(e.seq for e in entries))]
     return [*unresolved, *(LedgerLine(f"{lab['read']} {e.text}", e.seq) for e in entries)]
+
+
+# A lookup that returned at most this many ids it was not given keeps them (an
+# order found by email, a dataset handle); a search listing hits keeps none.
+_OBTAINED_IDS = 2
+
+
+def _obtained(calls: Sequence[Action]) -> list[str]:
+    """The ids the newest successful call of a lookup obtained: an agent that loses
+    them has to look them up again."""
+    done = [a for a in calls if a.status == "done"]
+    if not done:
+        return []
+    newest = done[-1]
+    given = set(_values(newest.arguments))
+    # Ids of the result itself, not of the hits of a list it holds.
+    top = {path.split(".")[-1] for path in newest.ref_paths if "[" not in path}
+    found = [
+        part
+        for part in refs(newest)
+        if _split_ref(part)[0] in top and _split_ref(part)[1] not in given
+    ]
+    return found if len(found) <= _OBTAINED_IDS else []
 
 
 def _used_values(calls: Sequence[Action], used: Used) -> list[str]:

@@ -41,7 +41,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from app.compression.extract.base import MOVED_ON
-from app.compression.ledger import Detail, ToolKind, Used, ledger_lines, tool_kind, undone_writes
+from app.compression.ledger import (
+    Detail,
+    ToolKind,
+    Used,
+    ledger_lines,
+    tool_kind,
+    undone_writes,
+    updated_values,
+)
 from app.compression.state import Language, Note, TaskState
 from app.compression.text import clip
 from app.compression.text import detect_language as _detect
@@ -312,10 +320,6 @@ def _used_values(state: TaskState, kinds: Mapping[str, ToolKind] | None) -> Used
     return used
 
 
-_NOT_DIGIT = re.compile(r"\D++")
-_NOT_WORD = re.compile(r"[\W_]++")
-
-
 @dataclass(frozen=True, slots=True)
 class _Change:
     old: re.Pattern[str]
@@ -324,19 +328,50 @@ class _Change:
     value: str
 
 
+# What a figure may carry around its digits: currency, thousands separators.
+_MONEY = re.compile(r"[¥$€£￥,\s]|\b(?:USD|EUR|CNY|RMB|GBP|JPY|HKD)\b|元$|块$", re.I)
+_FIGURE = re.compile(r"(?P<int>\d++)(?:\.(?P<dec>\d++))?")
+_ISO_DATE = re.compile(r"(?P<y>\d{4})-(?P<m>\d{1,2})-(?P<d>\d{1,2})")
+_MONTH_NAMES = (
+    "Jan(?:uary|\\.)?",
+    "Feb(?:ruary|\\.)?",
+    "Mar(?:ch|\\.)?",
+    "Apr(?:il|\\.)?",
+    "May",
+    "June?",
+    "July?",
+    "Aug(?:ust|\\.)?",
+    "Sep(?:t|tember|\\.)?",
+    "Oct(?:ober|\\.)?",
+    "Nov(?:ember|\\.)?",
+    "Dec(?:ember|\\.)?",
+)
+
+
 def _value_pattern(value: str) -> re.Pattern[str] | None:
-    """A value as it may be written: "$35,000" also matches "35000" and "35 000";
-    a word only as a whole word. None for values too short to find safely."""
-    digits = _NOT_DIGIT.sub("", value)
-    if len(digits) >= 2 and len(digits) >= len(_NOT_WORD.sub("", value)) // 2:
-        body = r"[,\s]?".join(digits)
-        return re.compile(rf"(?<![\d.]){body}(?![\d])")
-    word = value.strip()
-    if len(word) < 2 or (word.isascii() and len(word) < 3):
+    """A value as it may be written: "$35,000" also matches "35000" and "35 000",
+    "2025-06-06" also "June 6", "6 Jun" and "6月6日"; anything else as written, a
+    word only as a whole word. None for values too short to find safely."""
+    value = value.strip()
+    date = _ISO_DATE.fullmatch(value)
+    if date is not None and 1 <= int(date["m"]) <= 12:
+        month, day = _MONTH_NAMES[int(date["m"]) - 1], str(int(date["d"]))
+        return re.compile(
+            rf"{re.escape(value)}|\b{month}\s*{day}(?![\d])|(?<![\d]){day}(?:st|nd|rd|th)?\s+"
+            rf"(?:of\s+)?{month}\b|(?<![\d]){int(date['m'])}\s*月\s*{day}\s*[日号]",
+            re.I,
+        )
+    figure = _FIGURE.fullmatch(_MONEY.sub("", value))
+    if figure is not None and len(figure["int"]) + len(figure["dec"] or "") >= 2:
+        body = r"[,\s]?".join(figure["int"])
+        if figure["dec"]:
+            body += r"\." + figure["dec"]
+        return re.compile(rf"(?<![\d.]){body}(?![\d]|\.\d)")
+    if len(value) < 2 or (value.isascii() and len(value) < 3):
         return None
-    return re.compile(
-        rf"(?<![\w]){re.escape(word)}(?![\w])" if word.isascii() else re.escape(word), re.I
-    )
+    if value.isascii():
+        return re.compile(rf"(?<![\w]){re.escape(value)}(?![\w]|[.,]\d)", re.I)
+    return re.compile(rf"(?<![\d]){re.escape(value)}(?![\d])", re.I)
 
 
 # A reversed choice as the extractor records it: "B instead of A", "改为B（不再是A）".
@@ -346,8 +381,11 @@ _REPLACED = re.compile(
 )
 
 
-def _changes(state: TaskState) -> list[_Change]:
+def _changes(state: TaskState, kinds: Mapping[str, ToolKind] | None = None) -> list[_Change]:
     pairs = [(p.name, p.value, old.value) for p in state.parameters for old in p.history]
+    # A value a later write replaced on the same object (an update of a booking, a
+    # batch, a rule) has changed too, whether or not anyone said so in words.
+    pairs += [(key, new, old) for key, old, new in updated_values(state.actions, kinds)]
     for d in state.decisions:
         m = _REPLACED.match(d.text) if d.status == "active" else None
         if m is not None:
@@ -538,9 +576,13 @@ def _sections(
     notes = _Section(None)
     if state.summary:
         notes.lines.append(_Line(lab["notes"].format(text=state.summary), _PRIORITY["notes"]))
-    # A changed parameter updates every place its old value still stands.
-    changes = _changes(state)
+    # A changed parameter updates every place its old value still stands, lookups
+    # included (a write's line shows its own outcome, and the update's line is there).
+    changes = _changes(state, ledger.kinds)
     if changes:
+        for line in actions.lines:
+            if not line.text.startswith((lab["done"], lab["failed"], lab["called"])):
+                line.text = _annotate(line.text, changes, lab)
         for section in (
             goal,
             constraints,

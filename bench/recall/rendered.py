@@ -26,6 +26,8 @@ def _prefixes(key: str, field: str | None = None, suffix: str = "") -> tuple[str
 DONE = _prefixes("done", suffix=" ")
 FAILED = _prefixes("failed", suffix=" ")
 CALLED = _prefixes("called", suffix=" ")
+# A lookup's line ("Looked up lookup_order → order_id=…"): a successful call too.
+READ = _prefixes("read", suffix=" ")
 PENDING = _prefixes("pending", "text")
 WAS = _prefixes("was", "old")
 MISSING = _prefixes("missing", "items")

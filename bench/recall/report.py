@@ -77,7 +77,11 @@ def print_report(result: Mapping[str, Any]) -> None:
     print(
         f"in-process rules+merge+render of ~{TIMING_TOKENS // 1000}k tokens, median of "
         f"{TIMING_RUNS}: "
-        + ", ".join(f"{k} {v['median_ms']} ms" for k, v in t.items() if isinstance(v, dict))
+        + ", ".join(
+            f"{k} {v['median_ms']} ms (CPU {v.get('median_cpu_ms', '–')} ms)"
+            for k, v in t.items()
+            if isinstance(v, dict)
+        )
     )
     cons = o["consistency"]
     print(

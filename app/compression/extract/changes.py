@@ -36,6 +36,21 @@ _ZV = r"[^\s，,；;。！!？?]{1,20}?"  # a Chinese value: no spaces, one clau
 
 # ----------------------------------------------------------------- value changes
 _VALUE_CHANGES = [
+    # "set the X to B, please — A won't work", "change X to B? A doesn't suit us after all"
+    re.compile(
+        rf"\b(?:change|set|switch|update|make|move|bump|raise|lower|put)\s++"
+        rf"(?:the\s++|my\s++|our\s++)?(?P<name>[A-Za-z][\w-]*+(?:\s++[A-Za-z][\w-]*+){{0,3}}?)"
+        rf"\s++to\s++(?P<new>{_V})(?:,?\s*+please)?\s*+[—–\-,;.?!]++\s*+(?:the\s++)?"
+        rf"(?P<old>{_V})\s++(?:won'?t|will not|doesn'?t|does not|no longer|isn'?t|is not|can'?t"
+        rf"|cannot)\s++(?:(?:work|fit|do|suit)(?:s|es)?|be enough)\b",
+        _I,
+    ),
+    # "swap A (out) for B", "replace A with B", "trade A for B"
+    re.compile(
+        rf"\b(?:swap|switch|trade|exchange|replace)\s++(?P<old>{_V})\s++(?:out\s++)?(?:for|with)"
+        rf"\s++(?P<new>{_V}){_END}",
+        _I,
+    ),
     # "X went from A to B", "from A to B"
     re.compile(rf"\bfrom\s++(?P<old>{_V})\s++(?:to|into)\s++(?P<new>{_V}){_END}", _I),
     # "A → B"
@@ -70,9 +85,10 @@ _VALUE_CHANGES = [
         rf"以\s*+(?P<new>{_ZV})\s*+为准[^。！!？?]{{0,20}}?(?:别再按|不再按|不按|别按|不用)\s*+"
         r"(?P<old>[^\s，,；;。了]{1,20})"
     ),
-    # A不行了，换成B
+    # A不行了，换成B / A去不了，改到B
     re.compile(
-        rf"(?P<old>{_ZV})\s*+(?:不行了|不行|不合适|不算了|作废了?|不要了|取消)\s*+[，,]\s*+"
+        rf"(?P<old>{_ZV})\s*+(?:不行了|不行|不合适|不算了|作废了?|不要了|取消|去不了|来不了|赶不上"
+        rf"|不方便|没空|约不上)\s*+[，,]\s*+"
         rf"(?:换成|改成|改为|换到|改到|调成|调到|换|改)\s*+(?P<new>{_ZV})(?=[，,；;。！!？?]|$)"
     ),
     # 应该是B，不是A
@@ -91,7 +107,8 @@ _VALUE_CHANGES = [
 # follows it ("… went from", "… is now", "… adjusted —").
 _NAME_LEAD = re.compile(
     r"^(?:(?:update|correction|heads-?up|note|also|and|so|ok(?:ay)?|actually|hmm+|well|please"
-    r"|i need|i want|we need|let'?s make|make|on|about|for|of|the|my|our|your|a)\b[\s:,—-]*+)*+",
+    r"|i need|i want|we need|let'?s make|make|on|about|for|of|the|my|our|your|a"
+    r"|(?:can|could|would|will) (?:you|we)|let'?s|change|set|swap|replace)\b[\s:,—-]*+)*+",
     _I,
 )
 _NAME_CUT = re.compile(
@@ -161,7 +178,7 @@ _FIGURE = re.compile(r"\d|[一二三四五六七八九十百千万两]")
 _VALUE_HEAD = re.compile(r"^(?:the|a|an|to|is|it'?s|be)\s++", _I)
 _VALUE_TAILS = (" instead", " now", " then", " please", " this time")
 # "the seat count is now 12": where the new value itself starts.
-_NEW_LEAD = re.compile(r"\b(?:is now|are now|now|is|are|to|be|at)\s++|[:：—–]\s*+", _I)
+_NEW_LEAD = re.compile(r"\b(?:is now|are now|now|is|are|to|be|at)\s++|(?<!\d)[:：—–]\s*+", _I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,18 +263,36 @@ def _short_name(value: str) -> bool:
     return len(value.split()) <= 4 and len(value) <= 30
 
 
+_ASKS_OPINION = re.compile(
+    r"\b(?:should|shall|would it|is it|do you think|what if|maybe|perhaps|wonder)\b", _I
+)
 # A value change is said as one: "from 9 to 5" alone is a span, not a change.
-_CHANGE_CUE = re.compile(
+CHANGE_CUE = re.compile(
     r"\b(?:went|goes|moved?|changed?|switch\w*|shift\w*|bump\w*|push\w*|updat\w*|adjust\w*"
     r"|correct\w*|rais\w*|lower\w*|increas\w*|decreas\w*|extend\w*|reduc\w*|instead|rather"
-    r"|now|actually|new value|flip)\b"
+    r"|now|actually|new value|flip|swap\w*|replac\w*|trad\w*|exchang\w*|set|make)\b"
     r"|调整|改|调|变|涨|降|提高|增加|减少|换|为准|不是|不算|不合适|→|->",
     _I,
 )
 
 
+def _literals(words: str) -> re.Pattern[str]:
+    """A literal alternation, searched in lower-cased text before a cue pattern:
+    ``re`` skips ahead on literals, which case-folded ``\b`` alternations defeat."""
+    return re.compile("|".join(re.escape(w) for w in words.split("|")))
+
+
+# Supersets of the cues (tests/unit/compression/test_patterns.py checks it).
+HINT_CHANGE = _literals(
+    "went|goes|move|chang|switch|shift|bump|push|updat|adjust|correct|rais|lower|increas"
+    "|decreas|extend|reduc|instead|rather|now|actually|new value|flip|swap|replac|trad|exchang"
+    "|set|make"
+    "|调整|改|调|变|涨|降|提高|增加|减少|换|为准|不是|不算|不合适|→|->"
+)
+
+
 def value_change(text: str) -> Change | None:
-    if _CHANGE_CUE.search(text) is None:
+    if HINT_CHANGE.search(text.lower()) is None or CHANGE_CUE.search(text) is None:
         return None
     text = _THOUSANDS.sub("", text)
     for pattern in _VALUE_CHANGES:
@@ -270,8 +305,11 @@ def value_change(text: str) -> Change | None:
             continue
         if not (_figure(old) or _figure(new) or (_short_name(old) and _short_name(new))):
             continue
+        if m.re is _VALUE_CHANGES[1] and _ASKS_OPINION.search(text[: m.start()]):
+            continue  # "should we swap A for B?" weighs a change, it does not make one
+        named = m.groupdict().get("name")
         head = text[: min(m.start("old"), m.start("new") + len(lead))]
-        return Change(_name(head), old, new)
+        return Change(_en_name(named) if named else _name(head), old, new)
     return None
 
 
@@ -302,7 +340,7 @@ _EN_TAKE = re.compile(
     rf"|\bswitch (?:it |that |this )?(?:over )?to\s++(?P<d>{_W})(?:,?\s++please)?{_STOP}",
     _I,
 )
-_EN_CUE = re.compile(
+EN_CUE = re.compile(
     r"\b(?:changed my mind|change of plans?|instead|take back|reverse what|scratch that"
     r"|on second thought|bad idea|doesn'?t work|skip|drop|scrap|ditch|forget|rather|make it"
     r"|switch|go with|pick|wrong about|never ?mind|beats|better than|flip)\b",
@@ -320,8 +358,16 @@ _ZH_TAKE = re.compile(
     rf"|以\s*+(?P<b>{_ZV})\s*+为准"
     rf"|(?<![^\s，,；;。！!？?])(?P<c>{_ZV})\s*+(?:比[^，,；;。]{{1,20}}?)?更(?:合适|好|划算|方便|靠谱)"
 )
-_ZH_CUE = re.compile(
+ZH_CUE = re.compile(
     r"改主意|反悔|收回|不要了|算了|不选|更合适|不要[^。！!？?]{1,20}?了|不考虑|作废|撤掉|pass|不算|换成|改成|还是[^。！!？?]{1,20}?吧|为准|直接上"
+)
+HINT_EN_REVERSAL = _literals(
+    "changed my mind|change of plan|instead|take back|reverse what|scratch that|on second thought"
+    "|bad idea|doesn't work|doesnt work|skip|drop|scrap|ditch|forget|rather|make it|switch"
+    "|go with|pick|wrong about|never mind|nevermind|beats|better than|flip"
+)
+HINT_ZH_REVERSAL = _literals(
+    "改主意|反悔|收回|不要|算了|不选|更合适|不考虑|作废|撤掉|pass|不算|换成|改成|还是|为准|直接上"
 )
 _ZH_HEADS = (
     "我们",
@@ -385,9 +431,10 @@ def reversal(text: str) -> Change | None:
     """A choice withdrawn and another made, in one turn (one or two sentences)."""
     text = _THOUSANDS.sub("", text)
     zh = _CJK.search(text) is not None
-    cue, drop_re, take_re = (_ZH_CUE, _ZH_DROP, _ZH_TAKE) if zh else (_EN_CUE, _EN_DROP, _EN_TAKE)
+    cue, drop_re, take_re = (ZH_CUE, _ZH_DROP, _ZH_TAKE) if zh else (EN_CUE, _EN_DROP, _EN_TAKE)
     heads, tails = (_ZH_HEADS, _ZH_TAILS) if zh else (_EN_HEADS, _EN_TAILS)
-    if cue.search(text) is None:
+    hint = HINT_ZH_REVERSAL if zh else HINT_EN_REVERSAL
+    if hint.search(text.lower()) is None or cue.search(text) is None:
         return None
     dropped = drop_re.search(text)
     old = _group(dropped)

@@ -34,17 +34,27 @@ _ZH = re.compile(rf"{_ZH_LABEL}\s*+(?:(?:是|为|：|:|留)\s*+)?{_TOKEN}")
 _EMAIL = re.compile(
     r"(?P<value>[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,4})"
 )
+_QUESTION = re.compile(r"[?？]\s*$|(?:吗|呢)[\s。.]*$")
+_OWNED = re.compile(r"\b(?:my|our|mine)\b|我的?|我们的?|本人", _I)
 _PAYMENT = re.compile(r"card|visa|master|amex|信用卡|银行卡|借记卡", _I)
 _PAN = re.compile(r"\d{13,19}|\d{4}(?:[ -]\d{4}){2}[ -]\d{1,7}")
 
 
 def identifier_units(sentence: str, seq: int) -> list[HighStakesUnit]:
-    """One pinned ``label: value`` per identifier the sentence states."""
+    """One pinned ``label: value`` per identifier the sentence states.
+
+    A code the user asks about ("what is item X-12?", "编号 PLG-3 是啥？") is
+    something browsed, not theirs: in a question only an identifier said to be
+    theirs ("my order number is …", "我的工号…") counts.
+    """
     found: list[tuple[str, str]] = []
+    asking = _QUESTION.search(sentence) is not None
     for pattern in (_EN, _EN_AFTER, _ZH):
         for m in pattern.finditer(sentence):
             if _PAYMENT.search(sentence[max(0, m.start() - 8) : m.end()]):
                 continue  # "银行卡号 …", "my card number …": never kept whole
+            if asking and not _OWNED.search(sentence[max(0, m.start() - 12) : m.end()]):
+                continue
             found.append((m["label"].strip(), m["value"].rstrip(".,;")))
     for m in _EMAIL.finditer(sentence):
         if not any(m["value"] in v for _, v in found):

@@ -14,7 +14,19 @@ import re
 _I = re.IGNORECASE
 
 # --------------------------------------------------------------- sentences, noise
-SENTENCE_SPLIT = re.compile(r"(?<=[。！？!?；;])\s*|\n+|(?<=[.])\s+(?=\S)")
+# A full stop ends a sentence unless it ends a title or an abbreviation that a
+# name, a number or more words follow ("Dr. Ng", "approx. 40", "e.g. Lisbon").
+# One fixed-width lookbehind each: only tried where a "." is followed by a space.
+_ABBREVIATIONS = (
+    "Dr Mr Mrs Ms Mx Prof Sr Jr St Mt Ft Gen Col Capt Lt Sgt Rev Hon Gov Sen Rep Pres"
+    " vs approx Inc Ltd Co Corp Dept Fig Vol Ave Blvd Rd Apt Ste Jan Feb Mar Apr Jun Jul"
+    " Aug Sep Sept Oct Nov Dec e.g i.e a.k.a cf ca"
+).split()
+_NOT_AFTER_ABBREVIATION = "".join(rf"(?<!\b{re.escape(a)}\.)" for a in _ABBREVIATIONS)
+SENTENCE_SPLIT = re.compile(
+    rf"(?<=[。！？!?；;])\s*|\n+|(?<=[.]){_NOT_AFTER_ABBREVIATION}\s+(?=\S)"
+)
+BULLET_START = frozenset("-*•·>（(0123456789")  # and whitespace
 BULLET = re.compile(r"^\s*(?:[-*•·>]+|\d{1,2}[.)、]|[（(]?\d{1,2}[）)])\s*")
 # Leading politeness that hides the cue ("OK, never book…", "好的，另外千万…").
 LEADING_FILLER = re.compile(
@@ -44,13 +56,25 @@ SOCIAL = re.compile(
     r"|so (?:annoying|tired|excited|fun|boring)|what a (?:finish|game|day|week)"
     r"|the (?:flat|house|place) is a mess|just kidding|spent like)\b"
     r"|\bmy (?:cat|dog|kid|kids|son|daughter|sister|brother|mum|mom|dad|wife|husband|partner"
-    r"|neighbou?r|friend|family)\b)"
-    r"|哈哈|嘿嘿|呵呵|笑死|好期待|好想|累死|吵死|烦死|困死|饿死|好累|好开心|好无聊|好酸|太精彩"
+    r"|neighbou?r|friend|family"
+    # relatives and housemates: their visits and plans are the user's private life
+    r"|parents|folks|cousins?|uncle|aunt|grand(?:ma|pa|mother|father|parents|kids?)|in-laws"
+    r"|nephew|niece|roommate|flatmate|housemate)\b"
+    r"|\b(?:kitchen|house|flat|apartment|place|room) is (?:chaos|a (?:mess|zoo|disaster))\b)"
+    r"|哈哈|嘿嘿|呵呵|笑死|好期待|好想|累死|吵死|烦死|困死|饿死|好累|好开心|太开心|好无聊|好酸|太精彩"
     r"|我家(?:猫|狗|孩子|小孩)|我(?:妹妹|姐姐|哥哥|弟弟|老婆|老公|妈|爸|朋友)|想放假|周末.{0,6}玩"
+    r"|(?:我|我的)?(?:父母|爸妈|公婆|岳父|岳母|亲戚|爷爷|奶奶|外公|外婆|姥姥|姥爷|舅舅|姑姑|小姨"
+    r"|[表堂](?:哥|姐|弟|妹))|(?:房间|屋子|家里)(?:还没收拾|乱)"
 )
 RHETORICAL = re.compile(
     r"anything else|what else can i|how (?:else )?can i help|hope (?:this|that) helps"
-    r"|还有(?:什么|其他|别的)(?:可以|需要|能)|有什么(?:可以|能)帮|还需要(?:什么|其他)帮助",
+    # an offer of more, unspecified help: "Anything more I can do?", "Can I help with
+    # something more?"
+    r"|\b(?:anything|something) (?:more|further)\b.{0,40}\b(?:help|do|assist)\b"
+    r"|\b(?:help|do|assist)\b.{0,40}\b(?:anything|something) (?:more|further)\b"
+    r"|还有(?:什么|其他|别的)(?:可以|需要|能)|有什么(?:可以|能)帮|还需要(?:什么|其他)帮助"
+    # 还需要我做点别的吗 / 还要我帮什么忙吗
+    r"|还(?:需要|要|想让)我(?:再)?(?:做|帮|办|处理|查)?(?:点|些)?(?:别的|其他|什么)",
     _I,
 )
 # Generic offers and sign-offs: the assistant is not waiting on these, so they are
@@ -109,11 +133,19 @@ _ZH_SET_VERB = (
     r"|改到|提高到|提升到|降低到|降到|升到|增加到|增大到|减少到|减小到|减到|加到|改回|恢复为|恢复到"
     r"|必须是|应该是|应为|必须用|应该用|采用|使用|用"
 )
+# A value corrected after checking: "X 我再核对了一下，应该是 Y", "X 查过了，应为 Y".
+ZH_CORRECTED = re.compile(
+    r"^(?P<name>[^，。,；;！!？?\s][^，。,；;！!？?]{1,23}?)\s*(?:我|我们)?(?:又|再)?"
+    r"(?:确认|核实|核对|查|问|算|想)(?:了一下|过了|了)?[，,]\s*(?:应该是|应为|是|改成|改为|定为|其实是)\s*"
+    r"(?P<value>[^，。,；;！!？?]{1,30})"
+)
 ZH_CLAUSE_LEAD = re.compile(
     r"^(?:然后|再|并且|并|请|麻烦|帮我|另外|还有|那就|那|就|我们|咱们|你|您|同时|顺便|也)+\s*"
 )
+# An adverb between the name and the verb is not part of the name ("X 先设成 Y").
+_ZH_SET_ADVERB = r"(?:(?<![优首原事预])先|再|就|也|暂时|暂且|统一|直接)?"
 ZH_SET = re.compile(
-    rf"^(?:把|将)?\s*(?P<name>[^，。,；;！!？?\s][^，。,；;！!？?]{{0,23}}?)\s*"
+    rf"^(?:把|将)?\s*(?P<name>[^，。,；;！!？?\s][^，。,；;！!？?]{{0,23}}?)\s*+{_ZH_SET_ADVERB}\s*+"
     rf"(?:从\s*(?P<old>[^，。,；;]{{1,20}}?)\s*)?(?:{_ZH_SET_VERB})\s*"
     rf"(?P<value>[^，。,；;！!？?]{{1,40}})$"
 )
@@ -163,6 +195,9 @@ PARAM_NAME_STOP = re.compile(
     r"|they|we|i|you|me|one|all|each|note|example|e\.?g|error|question|answer|ps|update|reminder"
     r"|todo|to-?do|re|fyi|warning|tip|summary|goal|task|next|step \d+|result|output|status|reason"
     r"|response|reply|sure|yes|no|ok|time|the time|date|source|http|https"
+    # discourse labels that introduce speech, not a setting
+    r"|heads[ -]?up|fun fact|side note|btw|by the way|psa|quick question|random thought|off topic"
+    r"|just so you know|news|confession|story|true story"
     r"|我|你|您|他|她|它|这|那|这个|那个|我们|你们|他们|步骤|注意|问题|答案|备注|提醒|待办|目标|任务|结果|原因|下一步|时间)$",
     _I,
 )
@@ -265,6 +300,15 @@ IMPERATIVE = re.compile(
     r"|restart|stop|delete|remove|drop|retry|add|change|switch)\b)"
     r"|^(?:再|先|现在)?(?:看看|看一下|查一下|查查|帮我|给我|把|开始|跑一下|跑一次|部署|构建|预订|预约|订|找一下|调一下"
     r"|列一下|发|建|加|申请|设置|注册|评估|创建|拉|转|退款|取消|删除)"
+)
+
+# ------------------------------------------------------------------- deadlines
+# A milestone with a date is a deadline said in passing ("另外月底上线", "code freeze
+# Friday", "the release ships on the 30th"): it binds the work like a rule.
+MILESTONE = re.compile(
+    r"上线|封版|发版|发布|交付|提测|验收|交稿|截止|到期|冻结"
+    r"|(?i:\b(?:go(?:es)?[ -]live|launch(?:es|ing)?|releas(?:e|es|ing)|ship(?:s|ping)?"
+    r"|(?:code|feature) freeze|deliver(?:y|s|ed)?|due|deadline|cut-?off|submission)\b)"
 )
 
 # ------------------------------------------------------------------- preferences
@@ -376,6 +420,10 @@ def _hint(words: str) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(w) for w in words.split("|")))
 
 
+HINT_EMPHASIS = _hint(
+    "important|critical|never|always|must|do not|don't|not|!!|！！|crucial|absolutely|under no"
+    "|non-negotiable|千万|务必|切记|一定|重要|严禁|绝对"
+)
 HINT_CONSTRAINT = _hint(
     "必须|务必|千万|一定|不要|不能|不得|禁止|只|切勿|严禁|不许|不准|不可|请勿|绝|始终|永远|确保"
     "|保证|至少|最多|不超过|不少于|不低于|不高于|不晚于|不早于|以内|以下|预算|截止|别|never|don"
@@ -431,6 +479,10 @@ HINT_REVOKE = _hint(
     "|当我没说|刚才说的|忘|scratch|never mind|nevermind|forget|ignore|disregard|cancel|drop"
     "|lift|scrap|remove the|you can|fine|ok|alright|no longer|not needed|not required"
     "|not necessary|not a |not an |anymore|any more"
+)
+HINT_MILESTONE = _hint(
+    "上线|封版|发版|发布|交付|提测|验收|交稿|截止|到期|冻结|go live|go-live|goes live|launch"
+    "|releas|ship|freeze|deliver|due|deadline|cutoff|cut-off|submission"
 )
 HINT_PARAMETER = _hint(
     "改|换|调|设|定|变|提高|提升|降|升|增|减|加|恢复|必须是|应该是|应为|用|从|change|set|switch"

@@ -39,6 +39,7 @@ from app.compression.extract.sentence import (
     is_offer,
     is_question,
     speech_units,
+    strip_bullet,
     todo,
 )
 from app.compression.extract.summary import summary_unit
@@ -46,6 +47,7 @@ from app.compression.extract.tools import action_units
 from app.compression.state import (
     ActionUnit,
     ArtifactUnit,
+    DecisionUnit,
     GoalUnit,
     HighStakesUnit,
     ParameterUnit,
@@ -78,6 +80,8 @@ _QUESTION_WORDS = word_set(
 )
 _ANSWER_CHARS = 120
 _CJK = re.compile(r"[\u4e00-\u9fff]")
+# How a change of choice is recorded (changes.change_units): "B instead of A", "改为B（不再是A）".
+_REPLACED_CHOICE = re.compile(r" instead of (?P<old>.+)$|（不再是(?P<old2>[^）]+)）$")
 # User replies after which an unanswered agent question is taken as moved past.
 MOVED_PAST_REPLIES = 2
 # A user turn that only defers, answers or pins something has not moved on.
@@ -95,18 +99,23 @@ def extract_units(turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
     """Synchronous core of ``RuleExtractor.extract`` (pure; usable without an event loop)."""
     ctx = Context.from_state(state, turns[0].seq if turns else None)
     passed_over: dict[str, int] = {}
-    held: set[str] = set()
+    held = _put_off(state)
     actions = action_units(turns)
     units: list[Unit] = []
+    spoken: list[tuple[TurnView, str]] = []
     for turn in turns:
         if turn.role == "tool" or not turn.content:
             continue
-        sentences = split_sentences(turn.content)
+        # Each turn is split once: the splitter and the cleaning are a good share
+        # of the cost of a long slice of speech.
+        raw = raw_sentences(turn.content)
+        sentences = _cleaned(raw)
         if turn.role == "assistant":
             found = _assistant_units(turn, sentences, ctx)
         elif turn.role == "user":
+            spoken += [(turn, sentence) for sentence in sentences]
             asked = [r.key for r in ctx.answerable]
-            found = _user_units(turn, sentences, ctx)
+            found = _user_units(turn, raw, sentences, ctx)
             if any(u.kind == "pending" for u in found):
                 held.update(asked)  # "let me check first": the question stays open
             substantive = any(not is_noise(x) for x in sentences)
@@ -121,12 +130,6 @@ def extract_units(turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
     units.extend(actions)
     units.extend(_todos_closed_by_tools(actions, ctx))
     units = _dedupe(units)
-    spoken = [
-        (t, sentence)
-        for t in turns
-        if t.role == "user" and t.content
-        for sentence in split_sentences(t.content)
-    ]
     language = state.language or detect_language(t.content for t in turns if t.role != "tool")
     note = summary_unit(turns, spoken, units, state, language)
     return [*units, note] if note is not None else units
@@ -136,7 +139,7 @@ def raw_sentences(text: str) -> list[str]:
     """Sentences as written (code blocks removed: code is not speech)."""
     text = _CODE_FENCE.sub(" ", text)
     parts = (
-        patterns.BULLET.sub("", p[:MAX_SENTENCE_CHARS]).strip()
+        strip_bullet(p[:MAX_SENTENCE_CHARS]).strip()
         for p in patterns.SENTENCE_SPLIT.split(text)
         if p
     )
@@ -145,7 +148,11 @@ def raw_sentences(text: str) -> list[str]:
 
 def split_sentences(text: str) -> list[str]:
     """Sentences with leading fillers ("OK, …", "好的，…") removed, empty ones dropped."""
-    return [c for c in (clean(p) for p in raw_sentences(text)) if c]
+    return _cleaned(raw_sentences(text))
+
+
+def _cleaned(raw: list[str]) -> list[str]:
+    return [c for c in (clean(p) for p in raw) if c]
 
 
 # ------------------------------------------------------------------------- speakers
@@ -157,9 +164,8 @@ def _emit(ctx: Context, units: list[Unit]) -> list[Unit]:
     return units
 
 
-def _user_units(turn: TurnView, sentences: list[str], ctx: Context) -> list[Unit]:
+def _user_units(turn: TurnView, raw: list[str], sentences: list[str], ctx: Context) -> list[Unit]:
     units: list[Unit] = []
-    raw = raw_sentences(turn.content or "")
     if ctx.answerable and raw:
         # The raw sentence: "Yes." is exactly the filler that cleaning removes.
         resolutions, pure = _resolutions(raw[0], turn, ctx.answerable)
@@ -188,8 +194,9 @@ def _user_units(turn: TurnView, sentences: list[str], ctx: Context) -> list[Unit
     if not changed:
         return units + found
     # A change of mind is neither a new rule nor a new request: only what must never
-    # be lost (pinned facts, open questions) comes from its sentences too.
-    kept = [u for u in found if u.kind in ("high_stakes", "pending")]
+    # be lost (pinned facts, open questions) comes from its sentences too, and a
+    # pinned sentence that states the change is pinned as the change itself.
+    kept = [_as_change(u, changed) for u in found if u.kind in ("high_stakes", "pending")]
     return units + _emit(ctx, changed) + kept
 
 
@@ -319,6 +326,35 @@ def _restates(unit: Unit, olds: list[str]) -> bool:
     return any(old and old in normalize(text) for old in olds)
 
 
+_CHANGE_RECORD = {"en": "{name}: {value} (was {old})", "zh": "{name}：{value}（原为 {old}）"}
+
+
+def _as_change(unit: Unit, changed: list[Unit]) -> Unit:
+    """A pinned sentence still quoting the old value, rewritten as the change's record
+    ("date: 7 May (was 3 May)"), so that nothing kept for good states the old value
+    as if it held."""
+    if not isinstance(unit, HighStakesUnit):
+        return unit
+    body = normalize(unit.text)
+    old: str | None
+    for change in changed:
+        if isinstance(change, ParameterUnit) and change.previous:
+            old, record = change.previous, _CHANGE_RECORD["zh" if _CJK.search(unit.text) else "en"]
+            text = record.format(name=change.name, value=change.value, old=old)
+        elif isinstance(change, DecisionUnit):
+            old, text = _replaced(change.text), change.text
+        else:
+            continue
+        if old and normalize(old) in body:
+            return unit.model_copy(update={"text": text})
+    return unit
+
+
+def _replaced(decision: str) -> str | None:
+    m = _REPLACED_CHOICE.search(decision)
+    return (m["old"] or m["old2"]) if m else None
+
+
 def _value(unit: HighStakesUnit) -> str:
     return unit.text.split(": ", 1)[-1]
 
@@ -327,12 +363,14 @@ def _moved_past(ctx: Context, passed_over: dict[str, int], held: set[str], seq: 
     """An agent question the user has twice moved past (with anything but small
     talk, a bare answer or a deferral) is no longer awaited.
 
-    Only questions expire, and not one the user put off ("let me check first"):
-    what the user left open stays pending until it is resolved.
+    Only what the agent asked for expires — a question, or a request phrased as
+    one ("Please confirm the payment method.", "Let me know which flight…") — and
+    not one the user put off ("let me check first"): what the user left open stays
+    pending until it is resolved.
     """
     closed: list[Unit] = []
     for ref in list(ctx.pending):
-        if ref.seq >= seq or ref.key in held or not is_question(ref.text):
+        if ref.seq >= seq or ref.key in held or not _asked(ref.text):
             continue
         if is_deferral(ref.text):
             continue  # the user's own "can we leave X open?" awaits them, not a reply
@@ -342,6 +380,24 @@ def _moved_past(ctx: Context, passed_over: dict[str, int], held: set[str], seq: 
             closed.append(ResolutionUnit(answer=answer, target=ref.key, source_seqs=[seq]))
             ctx.pending.remove(ref)
     return closed
+
+
+def _put_off(state: TaskState) -> set[str]:
+    """Keys of agent questions the user put off in an earlier slice: the user's
+    deferral came right after the question ("Shall I add it?" — "let me think
+    about it") and is still open, so the question stays open with it."""
+    open_items = state.open_pending()
+    deferred = [min(p.source_seqs) for p in open_items if p.source_seqs and is_deferral(p.text)]
+    return {
+        p.key
+        for p in open_items
+        if _asked(p.text) and any(p.last_seen < seq <= p.last_seen + 2 for seq in deferred)
+    }
+
+
+def _asked(text: str) -> bool:
+    """A question, or a request for an answer ("please confirm…", "let me know…")."""
+    return is_question(text) or patterns.AWAITING.search(text) is not None
 
 
 def _text_artifacts(turn: TurnView) -> list[Unit]:

@@ -24,7 +24,7 @@ import re
 from app.compression.extract import patterns
 from app.compression.extract.context import Context
 from app.compression.extract.deferral import deferral
-from app.compression.extract.entities import find_artifacts, has_amount_or_date
+from app.compression.extract.entities import DATE, find_artifacts, has_amount_or_date
 from app.compression.state import (
     BlockerUnit,
     ConstraintUnit,
@@ -78,6 +78,12 @@ _TODO_TAIL = re.compile(
     r"|[，,]?(?<!\s)\s*+(?:等|需要先|要先)$",
     re.I,
 )
+_SPEECH_VALUE = re.compile(
+    r"(?:i|i'm|i've|i'll|we|we're|we've|my|our|you|you're|your|he|she|they|they're|it's"
+    r"|there's|this is|that is)\s+\S+\s+\S",
+    re.I,
+)
+_CJK_CHARS = re.compile(r"[\u4e00-\u9fff]")
 _CLAUSE_MARK = re.compile(r"[，,；;:：]")
 _VALUE_LEAD = re.compile(r"^(?:了|成|为)\s*")  # "改成了 64", "设为 64"
 _VALUE_LIKE = re.compile(r"(?<!\s)\s*+[A-Za-z0-9\"“'¥$]")
@@ -97,12 +103,21 @@ _TARGET_TRAIL = re.compile(
 )
 
 
+def strip_bullet(text: str) -> str:
+    # Most sentences start with a letter: the substitution is not even tried.
+    head = text[:1]
+    return (
+        patterns.BULLET.sub("", text) if head in patterns.BULLET_START or head.isspace() else text
+    )
+
+
 def clean(sentence: str) -> str:
-    return patterns.LEADING_FILLER.sub("", patterns.BULLET.sub("", sentence)).strip()
+    return patterns.LEADING_FILLER.sub("", strip_bullet(sentence)).strip()
 
 
 def is_noise(sentence: str) -> bool:
-    if len(normalize(sentence)) < 2 or patterns.NOISE.match(sentence):
+    # Only a short sentence can normalise to under two characters of words.
+    if (len(sentence) < 32 and len(normalize(sentence)) < 2) or patterns.NOISE.match(sentence):
         return True
     return (
         _hinted(patterns.HINT_CHITCHAT, sentence) and patterns.CHITCHAT.search(sentence) is not None
@@ -126,14 +141,29 @@ def is_question(sentence: str) -> bool:
 
 
 def emphasized(sentence: str, turn_emphasized: bool) -> bool:
-    return turn_emphasized or patterns.EMPHASIS.search(sentence) is not None
+    if turn_emphasized:
+        return True
+    return (
+        _hinted(patterns.HINT_EMPHASIS, sentence) and patterns.EMPHASIS.search(sentence) is not None
+    )
 
 
 # ----------------------------------------------------------------------- families
 
 
+# The last sentence lower-cased: every family's hint is searched in the same
+# sentence in turn, and lower-casing it each time was a fifth of the hints' cost.
+_lowered: list[str] = ["", ""]
+
+
+def _lower(sentence: str) -> str:
+    if sentence is not _lowered[0]:
+        _lowered[0], _lowered[1] = sentence, sentence.lower()
+    return _lowered[1]
+
+
 def _hinted(hint: re.Pattern[str], sentence: str) -> bool:
-    return hint.search(sentence.lower()) is not None
+    return hint.search(_lower(sentence)) is not None
 
 
 def _suffix_target(sentence: str, end: int) -> str:
@@ -255,6 +285,11 @@ def parameters(sentence: str, seq: int, ctx: Context) -> list[ParameterUnit]:
         m = patterns.ZH_SET.search(stripped)
         if m and not _bare_use_in_word(stripped, m):
             found.append(_param(m["name"], m["value"], m["old"], seq))
+    corrected = (
+        patterns.ZH_CORRECTED.search(sentence) if "，" in sentence or "," in sentence else None
+    )
+    if corrected and not _NEGATION.search(corrected["name"]):
+        found.append(_param(corrected["name"], corrected["value"], None, seq))
     for m in patterns.EN_SET.finditer(sentence):
         if not _NEGATION.search(sentence[: m.start()]):
             found.append(_param(m["name"], m["value"], m["old"], seq))
@@ -284,12 +319,15 @@ def parameters(sentence: str, seq: int, ctx: Context) -> list[ParameterUnit]:
 
 
 def _plausible_pair(name: str, value: str) -> bool:
-    """ "batch size: 32" is a setting; "random question: do you like jazz?" is not.
+    """ "batch size: 32" is a setting; "quick aside: did you catch the match?" is not.
 
     A value is a short term, not a question or a sentence; the name's head word
     is not one that introduces speech ("question", "note", "update"…).
     """
     if is_question(value) or is_social(value) or len(value.split()) > 6:
+        return False
+    # "my train is running late", "孩子对X过敏，体重…": a clause, not a value.
+    if _SPEECH_VALUE.match(value) or _CLAUSE.search(value) or len(_CJK_CHARS.findall(value)) > 16:
         return False
     head = name.split()[-1] if name.split() else name
     return (
@@ -315,8 +353,8 @@ def superseded_constraints(unit: ParameterUnit, ctx: Context) -> list[Revocation
     """Retire earlier constraints that pin this parameter to a different value.
 
     Only a pinned value is retired ("batch size 必须是 32", "optimizer must be
-    SGD"): a rule that bounds the parameter by something else ("退款金额不能超过
-    订单原价", "refund must not exceed the order total") still holds after it changes.
+    SGD"): a rule that bounds the parameter by something else ("赔付金额不得高于
+    商品售价", "refund must not exceed the order total") still holds after it changes.
     """
     name = normalize(_NAME_LEAD.sub("", unit.name))
     seq = max(unit.source_seqs)
@@ -370,6 +408,17 @@ def constraint(sentence: str, seq: int, emph: bool) -> ConstraintUnit | None:
     kept = [c for c in clauses if patterns.CONSTRAINT.search(c) or not _sets_parameter(c)]
     text = "，".join(kept) if len(kept) < len(clauses) else sentence
     return ConstraintUnit(text=clip(text, TEXT_CHARS), source_seqs=[seq], emphasized=emph)
+
+
+def deadline(sentence: str, seq: int, emph: bool) -> ConstraintUnit | None:
+    """A milestone with its date, said in passing, binds the work like a rule."""
+    if is_question(sentence) or not _hinted(patterns.HINT_MILESTONE, sentence):
+        return None
+    if patterns.MILESTONE.search(sentence) is None or DATE.search(sentence) is None:
+        return None
+    if is_social(sentence):
+        return None
+    return ConstraintUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq], emphasized=emph)
 
 
 def _sets_parameter(clause: str) -> bool:
@@ -506,6 +555,9 @@ def speech_units(
     for family in (preference(sentence, seq, emph), constraint(sentence, seq, emph)):
         if family is not None:
             units.append(family)
+    if not any(u.kind in ("constraint", "parameter") for u in units):
+        due = deadline(sentence, seq, emph)
+        units += [due] if due is not None else []
     has_constraint = any(u.kind == "constraint" for u in units)
     for extra in (
         todo(sentence, seq, emph),

@@ -47,14 +47,11 @@ _SPEAKER = {
 }
 
 
-def _score(sentence: str, known: frozenset[str]) -> float:
+def _score(sentence: str, stakes: int, known: frozenset[str]) -> float:
     """Salience (an obligation, limit or consequence, with figures and names) times
     novelty against the state; 0 for small talk and for sentences with no stake."""
     words = word_set(sentence)
     if not words or _SOCIAL.search(sentence) or is_social(sentence) or is_noise(sentence):
-        return 0.0
-    stakes = len(_WEIGHT.findall(sentence))
-    if not stakes:
         return 0.0
     novelty = len(words - known) / len(words)
     salience = (
@@ -109,6 +106,11 @@ def summary_unit(
     known = _state_words(state, units)
     scored = []
     for turn, sentence in sentences:
+        # A sentence with no stake scores 0 whatever else holds: checked first, it
+        # spares most sentences the comparisons with every unit below.
+        stakes = len(_WEIGHT.findall(sentence))
+        if not stakes:
+            continue
         n = normalize(sentence)
         if len(n) < 8 or any(n in h or (h and h in n) for h in held):
             continue
@@ -118,7 +120,7 @@ def summary_unit(
             continue  # side browsing: the ledger counts it
         if value_change(sentence) or reversal(sentence):
             continue  # a change of mind: the state records it as such
-        score = _score(sentence, known)
+        score = _score(sentence, stakes, known)
         if score >= _MIN_SCORE:
             scored.append((score, turn.seq, turn.role, sentence))
     if not scored:

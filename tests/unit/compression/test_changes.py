@@ -21,6 +21,19 @@ VALUE_CHANGES = [
     ("交房日期以6月3日为准，别再按5月30日了。", Change(None, "5月30日", "6月3日")),
     ("复诊时间调成周四吧，周二不合适。", Change("复诊时间", "周二", "周四")),
     ("OK, flip that: Acme, not Zenith.", Change(None, "Zenith", "Acme")),
+    # the new value asked for, the old one turned down after it
+    (
+        "Bump the guest count to 60, please — 48 won't be enough.",
+        Change("guest count", "48", "60"),
+    ),
+    (
+        "Could you move the pickup time to 7:30? 6:45 doesn't suit us after all.",
+        Change("pickup time", "6:45", "7:30"),
+    ),
+    ("Set the tile colour to slate; sand no longer works.", Change("tile colour", "sand", "slate")),
+    # one choice traded for another
+    ("Can we swap eu-south2 out for eu-central1?", Change(None, "eu-south2", "eu-central1")),
+    ("Please replace the oak finish with walnut.", Change(None, "oak finish", "walnut")),
 ]
 
 REVERSALS = [
@@ -47,6 +60,8 @@ NOT_CHANGES = [
     "我们从北京到上海坐高铁。",
     "不要用我的旧邮箱。",
     "Thanks, that works!",
+    "Should we swap the oak finish for walnut?",
+    "I wonder if we could trade Tuesday for Thursday.",
 ]
 
 
@@ -99,3 +114,20 @@ def test_an_unnamed_value_change_takes_the_name_of_the_parameter_holding_it() ->
     ctx = Context(goal_set=True, params={"deposit": ("deposit", "$300")})
     [unit] = change_units("About it: I said $300, but it's actually $340.", 5, ctx, "en")
     assert unit.kind == "parameter" and unit.name == "deposit"  # type: ignore[union-attr]
+
+
+def test_a_pinned_sentence_that_states_a_change_is_pinned_as_the_change() -> None:
+    from app.compression.merge import merge
+    from app.compression.render import render
+    from app.compression.state import TaskState
+
+    from .helpers import extract, user
+
+    turns = [
+        user(0, "帮我约一次皮肤科门诊。"),
+        user(1, "花粉过敏复查的时间要改，6月1日去不了，改到6月8日。"),
+    ]
+    state = merge(TaskState(), extract(turns))
+    [pinned] = state.high_stakes
+    assert "6月8日" in pinned.text and "原为 6月1日" in pinned.text
+    assert "6月1日去不了" not in render(state, language="zh")

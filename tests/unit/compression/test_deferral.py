@@ -24,7 +24,7 @@ DEFERRED = [
     "My sister still needs to weigh in on the venue.",
     "I need to run it by my manager first.",
     "We're waiting on legal for the contract clause.",
-    "I'm on the fence about the extra charging cable.",
+    "Still on the fence regarding the extra charging cable.",
     "Put a pin in the travel insurance for me.",
     "The logo refresh can wait.",
     "I'll message you once my landlord replies.",

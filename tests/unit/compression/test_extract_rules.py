@@ -442,12 +442,7 @@ def test_user_side_waiting_is_pending() -> None:
     "offer",
     [
         "All done! Anything else I can do for you today?",
-        pytest.param(
-            "All set! Can I help with something more?",
-            marks=pytest.mark.xfail(
-                strict=True, reason="the sign-off filter expects 'anything else' phrasing"
-            ),
-        ),
+        "All set! Can I help with something more?",
         "还有什么可以帮您的吗？",
     ],
 )
@@ -560,6 +555,29 @@ def test_sentence_split_handles_both_languages_and_strips_fillers() -> None:
         "never fly Ryanair.",
         "Thanks",
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Ask Prof. Almeida first. Then file it.", ["Ask Prof. Almeida first.", "Then file it."]),
+        (
+            "Mrs. Okafor signs on Feb. 3 at St. Luke's.",
+            ["Mrs. Okafor signs on Feb. 3 at St. Luke's."],
+        ),
+        ("Bring snacks, e.g. grapes. No.", ["Bring snacks, e.g. grapes.", "No."]),
+        ("It weighs approx. 12 kg. Ship it.", ["It weighs approx. 12 kg.", "Ship it."]),
+    ],
+)
+def test_titles_and_abbreviations_do_not_end_a_sentence(text: str, expected: list[str]) -> None:
+    assert split_sentences(text) == expected
+
+
+def test_a_deferral_naming_a_doctor_is_one_pending_item() -> None:
+    [pending] = of_kind(
+        extract([user(0, "Hold the MRI slot until Dr. Haddad confirms the referral.")]), "pending"
+    )
+    assert pending.text == "Hold the MRI slot until Dr. Haddad confirms the referral."
 
 
 def test_code_blocks_are_not_speech() -> None:

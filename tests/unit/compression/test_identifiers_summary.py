@@ -22,6 +22,8 @@ from app.core.turns import TurnView
         ("You can email me at rui.tan@example.org.", "email: rui.tan@example.org"),
         ("我的工号是 T20931，帮我查下年假。", "工号: T20931"),
         ("手机号 150-2233-9081，有事打我。", "手机号: 150-2233-9081"),
+        ("My order number is 402-7781-3356, can you check it?", "order number: 402-7781-3356"),
+        ("我的会员号是 HK-88120，能查一下积分吗？", "会员号: HK-88120"),
     ],
 )
 def test_identifiers_the_user_states_are_pinned(sentence: str, pinned: str) -> None:
@@ -33,6 +35,17 @@ def test_identifiers_the_user_states_are_pinned(sentence: str, pinned: str) -> N
 def test_payment_cards_and_words_are_not_identifiers() -> None:
     assert identifier_units("my card number is 4111 1111 1111 1111", 1) == []
     assert identifier_units("My booking reference is in the email.", 1) == []
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "The app suggested ticket number TK-5530, what is that?",
+        "看到一个编号 ZX-9012 的套餐，是什么？",
+    ],
+)
+def test_a_code_the_user_asks_about_is_browsing_not_their_identifier(sentence: str) -> None:
+    assert identifier_units(sentence, 1) == []
 
 
 def turn(seq: int, role: str, content: str) -> TurnView:
@@ -51,17 +64,35 @@ def test_a_stated_id_survives_every_compaction() -> None:
     assert "ana_ruiz_3307" in render(state, language="en", max_tokens=60)
 
 
-def test_an_agent_question_the_user_moved_past_is_not_pending_forever() -> None:
+@pytest.mark.parametrize(
+    ("asked", "replies", "gone"),
+    [
+        (
+            "Would you like me to add a birthday note?",
+            ["The budget is $150 for dinner.", "Never seat us near the kitchen."],
+            "birthday note",
+        ),
+        # a request phrased as an instruction expires like a question
+        (
+            "Please confirm the card you want any fare difference charged to.",
+            ["Actually, first tell me whether pets are allowed on deck.", "Never book inside."],
+            "fare difference",
+        ),
+    ],
+)
+def test_an_agent_question_the_user_moved_past_is_not_pending_forever(
+    asked: str, replies: list[str], gone: str
+) -> None:
     turns = [
-        turn(0, "user", "Please book a table for two at Nopa tonight."),
-        turn(1, "assistant", "Would you like me to add a birthday note?"),
-        turn(2, "user", "The budget is $150 for dinner."),
+        turn(0, "user", "Please sort out my booking for the weekend."),
+        turn(1, "assistant", asked),
+        turn(2, "user", replies[0]),
         turn(3, "assistant", "Noted."),
-        turn(4, "user", "Never seat us near the kitchen."),
+        turn(4, "user", replies[1]),
     ]
     state = merge(TaskState(), extract_units(turns, TaskState()), through_seq=4)
     text = render(state, language="en")
-    assert "birthday note" not in text  # neither pending nor listed as answered
+    assert gone not in text  # neither pending nor listed as answered
 
 
 def test_a_question_the_user_put_off_stays_pending() -> None:
@@ -125,18 +156,43 @@ def test_questions_answered_with_details_the_rules_do_not_structure_expire() -> 
     assert "Pending:" not in text and "date of birth" not in text
 
 
-def test_a_deferral_asked_as_a_question_does_not_expire_in_a_later_compression() -> None:
-    first = [
-        turn(0, "user", "Please set up the newsletter."),
-        turn(1, "user", "Can we leave the welcome discount open for now?"),
-    ]
-    state = merge(TaskState(), extract_units(first, TaskState()), through_seq=1)
-    later = [
-        turn(2, "user", "Use the blue template."),
-        turn(3, "user", "Send it on Mondays at nine."),
-        turn(4, "user", "Add the unsubscribe link at the bottom."),
-    ]
-    state = merge(state, extract_units(later, state), through_seq=4)
-    assert "Pending: Can we leave the welcome discount open for now?" in render(
-        state, language="en"
-    )
+@pytest.mark.parametrize(
+    ("first", "later", "line"),
+    [
+        # the user's own deferral, asked as a question
+        (
+            [
+                ("user", "Please set up the newsletter."),
+                ("user", "Can we leave the welcome discount open for now?"),
+            ],
+            [
+                ("user", "Use the blue template."),
+                ("user", "Send it on Mondays at nine."),
+                ("user", "Add the unsubscribe link at the bottom."),
+            ],
+            "Pending: Can we leave the welcome discount open for now?",
+        ),
+        # an agent question the user put off in the previous slice
+        (
+            [
+                ("user", "Help me plan the move to the new flat."),
+                ("assistant", "The movers offer packing for $120. Shall I add it?"),
+                ("user", "Let me think about the packing."),
+            ],
+            [
+                ("user", "The van has to be there by 9am on Saturday."),
+                ("assistant", "Noted."),
+                ("user", "Never leave boxes in the hallway."),
+            ],
+            "Pending: Shall I add it?",
+        ),
+    ],
+)
+def test_what_the_user_left_open_does_not_expire_in_a_later_compression(
+    first: list[tuple[str, str]], later: list[tuple[str, str]], line: str
+) -> None:
+    one = [turn(i, role, text) for i, (role, text) in enumerate(first)]
+    state = merge(TaskState(), extract_units(one, TaskState()), through_seq=len(one) - 1)
+    two = [turn(len(one) + i, role, text) for i, (role, text) in enumerate(later)]
+    state = merge(state, extract_units(two, state), through_seq=two[-1].seq)
+    assert line in render(state, language="en")

@@ -7,10 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from app.compression.extract import patterns
+from app.compression.extract import changes, deferral, patterns
 from app.compression.extract.rules import split_sentences
 
-from . import test_extract_rules, test_session
+from . import (
+    test_changes,
+    test_deferral,
+    test_extract_noise,
+    test_extract_rules,
+    test_identifiers_summary,
+    test_session,
+)
 
 _PAIRS = [
     (patterns.HINT_CONSTRAINT, patterns.CONSTRAINT),
@@ -24,6 +31,11 @@ _PAIRS = [
     (patterns.HINT_BLOCKER, patterns.BLOCKER),
     (patterns.HINT_REVOKE, patterns.REVOKE),
     (patterns.HINT_CHITCHAT, patterns.CHITCHAT),
+    (patterns.HINT_EMPHASIS, patterns.EMPHASIS),
+    (deferral.HINT_DEFERRAL, deferral.DEFERRAL),
+    (changes.HINT_CHANGE, changes.CHANGE_CUE),
+    (changes.HINT_EN_REVERSAL, changes.EN_CUE),
+    (changes.HINT_ZH_REVERSAL, changes.ZH_CUE),
     *((patterns.HINT_HIGH_STAKES, pattern) for _, pattern in patterns.HIGH_STAKES),
     *(
         (patterns.HINT_PARAMETER, p)
@@ -43,7 +55,15 @@ _PAIRS = [
 def _corpus() -> list[str]:
     """Every string literal in the extraction and session tests, split into sentences."""
     texts: set[str] = set()
-    for module in (test_extract_rules, test_session):
+    modules = (
+        test_extract_rules,
+        test_session,
+        test_deferral,
+        test_changes,
+        test_extract_noise,
+        test_identifiers_summary,
+    )
+    for module in modules:
         source = Path(str(module.__file__)).read_text(encoding="utf-8")
         texts.update(re.findall(r'"((?:[^"\\\n]|\\.){3,})"', source))
     extra = [
