@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.core.config import Settings
 from app.core.logs import configure as configure_logging
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 
@@ -96,10 +98,7 @@ async def _keys_exist(url: str) -> bool:
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
-    import uvicorn
-
     from app.core.config import is_loopback
-    from app.wiring import create_app
 
     settings = settings.model_copy(
         update={k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
@@ -119,16 +118,70 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.workers > 1:
+        return _serve_processes(settings, url, args.workers)
+    import uvicorn
+
+    from app.wiring import create_app
+
     app = create_app(settings, database_url=url)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        log_config=None,  # keep our JSON handler
-        access_log=False,  # ours carries the request id and route template
-    )
+    uvicorn.run(app, **_uvicorn_options(settings))
     return 0
+
+
+def _uvicorn_options(settings: Settings) -> dict[str, Any]:
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level.lower(),
+        "log_config": None,  # keep our JSON handler
+        "access_log": False,  # ours carries the request id and route template
+    }
+
+
+def _serve_processes(settings: Settings, url: str, workers: int) -> int:
+    """N API processes on one socket, and the job worker in exactly one process beside them.
+
+    This process owns the embedded database (started, migrated and stopped here) and
+    supervises: uvicorn spawns the API processes, which build their app from the
+    environment with the database URL this process resolved and their embedded worker
+    off; when the embedded worker is on, one ``mnemo worker`` process runs the jobs.
+    """
+    import subprocess
+
+    import uvicorn
+
+    os.environ["MNEMO_DATABASE_URL"] = url
+    worker = None
+    if settings.embedded_worker:
+        worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"])
+    os.environ["MNEMO_EMBEDDED_WORKER"] = "false"
+    try:
+        uvicorn.run(
+            "app.cli:api_from_environment",
+            factory=True,
+            workers=workers,
+            **_uvicorn_options(settings),
+        )
+    finally:
+        if worker is not None:
+            worker.terminate()
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+    return 0
+
+
+def api_from_environment() -> FastAPI:
+    """The app of one API process of ``mnemo serve --workers N`` (uvicorn's factory)."""
+    from app.wiring import create_app
+
+    settings = Settings()
+    configure_logging(settings.log_level, json_logs=settings.log_json)
+    assert settings.async_database_url, "set by the supervising `mnemo serve`"
+    return create_app(settings, database_url=settings.async_database_url)
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
@@ -415,12 +468,26 @@ def _add_jobs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     prune.add_argument("--dead", action="store_true", help="dead jobs too")
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("at least 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mnemo", description="Memory-as-a-service for LLM agents")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the HTTP API (and the worker, by default)")
     serve.add_argument("--host", default=None, help="bind address (default MNEMO_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (default MNEMO_PORT, 8000)")
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        help="API processes sharing the port (default 1); with more than one, the job"
+        " worker runs in one separate process (unless MNEMO_EMBEDDED_WORKER=false)",
+    )
     serve.set_defaults(func=cmd_serve)
     worker = sub.add_parser("worker", help="run background workers only")
     worker.add_argument("--once", action="store_true", help="drain runnable jobs, then exit")

@@ -49,6 +49,7 @@ class Service:
     database_url: str | None
     extra_env: Mapping[str, str]
     ready_timeout_s: float
+    workers: int = 1  # `mnemo serve --workers N` when above 1
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     start_s: float = 0.0
@@ -92,6 +93,8 @@ class Service:
             "--port",
             str(self.port),
         ]
+        if self.workers > 1:
+            cmd += ["--workers", str(self.workers)]
         # cwd is the data dir, so a developer's ./.env cannot reconfigure the run.
         with open(self.log_path, "ab") as log:
             began = time.perf_counter()
@@ -141,15 +144,25 @@ class Service:
         return self.start()
 
     def cpu_seconds(self) -> float | None:
-        """User + system CPU the server process has used so far (Linux only)."""
+        """User + system CPU the server's processes have used so far (Linux only): the
+        server and its live descendants (``--workers`` processes); the embedded Postgres
+        daemonises and is not counted."""
         if self.process is None:
             return None
-        try:
-            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
         ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
+        total, pending = 0, [self.process.pid]
+        while pending:
+            pid = pending.pop()
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                if pid == self.process.pid:
+                    return None
+                continue
+            total += int(fields[11]) + int(fields[12])
+            pending.extend(int(c) for c in children)
+        return total / ticks
 
     def rss_mib(self) -> float | None:
         if self.process is None:
@@ -176,6 +189,7 @@ def running_service(
     extra_env: Mapping[str, str] | None = None,
     ready_timeout_s: float = 180.0,
     keep_data: bool = False,
+    workers: int = 1,
 ) -> Iterator[Service]:
     """A started service; stopped (and its temporary data removed) on exit."""
     with throwaway_data_dir("mnemo-bench-", keep=keep_data) as data_dir:
@@ -184,6 +198,7 @@ def running_service(
             database_url=database_url,
             extra_env=dict(extra_env or {}),
             ready_timeout_s=ready_timeout_s,
+            workers=workers,
         )
         try:
             service.start()

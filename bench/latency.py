@@ -8,10 +8,14 @@ Starts ``mnemo serve`` (embedded Postgres in a temporary directory unless
 
 1. loads S sessions × T turns in batches of B (the batched-ingest figure, msg/s);
 2. posts N single messages to random sessions (latency p50/p95/p99, req/s);
-3. reads N contexts of random sessions (latency p50/p95/p99, req/s);
-4. repeats 2 and 3 with one client and N/4 requests: the service time without
-   queueing behind the other clients;
+3. reads N contexts of random sessions (latency p50/p95/p99, req/s), right after
+   N ``GET /healthz`` (the HTTP floor of the same server, same clients, same run);
+4. repeats 2 and 3 (and the floor) with one client and N/4 requests: the service
+   time without queueing behind the other clients;
 5. restarts the service on the same data (warm start).
+
+``--workers N`` runs ``mnemo serve --workers N``; ``--client-cpus 0`` pins this
+process (the load generator, not the server) to those CPUs once the server runs.
 
 Caveat: the load generator runs on the same machine (one asyncio process, one
 keep-alive connection per client); its CPU is reported beside the server's, and
@@ -47,6 +51,10 @@ TARGETS = {
     "post_one_p50_ms": ("≤", 5.0),
     "ingest_msgs_per_s": ("≥", 2000.0),
     "cold_start_s": ("≤", 5.0),
+    # Issue 13: /context against the HTTP floor (/healthz) of the same run.
+    "context_over_healthz_p50": ("≤", 1.3),
+    "context_over_healthz_p99": ("≤", 2.0),
+    "context_1client_p50_ms": ("≤", 3.0),
 }
 
 DEFAULTS = {"sessions": 200, "turns": 100, "clients": 8, "requests": 2000, "batch": 100}
@@ -268,6 +276,9 @@ async def measure(service: Service, args: argparse.Namespace) -> dict[str, Any]:
         r = await client.get(f"/v1/sessions/{reads[i]}/context")
         return r, 1
 
+    async def get_healthz(client: httpx.AsyncClient, i: int) -> tuple[httpx.Response, int]:
+        return await client.get("/healthz"), 1
+
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     timeout = httpx.Timeout(60.0)
     clients = [
@@ -291,7 +302,8 @@ async def measure(service: Service, args: argparse.Namespace) -> dict[str, Any]:
         await run_phase(
             "warmup", service, clients, WARMUP_REQUESTS, _offset(get_context, args.requests)
         )
-        print(f"reading {args.requests} contexts…", file=sys.stderr)
+        print(f"{args.requests} × /healthz, then {args.requests} contexts…", file=sys.stderr)
+        phases["healthz"] = await run_phase("healthz", service, clients, args.requests, get_healthz)
         phases["context"] = await run_phase("context", service, clients, args.requests, get_context)
         # The same requests from one client: service time without queueing.
         serial = max(1, args.requests // 4)
@@ -302,6 +314,9 @@ async def measure(service: Service, args: argparse.Namespace) -> dict[str, Any]:
             clients[:1],
             serial,
             _offset(post_one, args.requests + WARMUP_REQUESTS),
+        )
+        phases["healthz_1client"] = await run_phase(
+            "healthz_1client", service, clients[:1], serial, get_healthz
         )
         phases["context_1client"] = await run_phase(
             "context_1client", service, clients[:1], serial, get_context
@@ -364,6 +379,9 @@ def headline(result: dict[str, Any]) -> dict[str, float]:
         "post_one_p50_ms": p["post_one"]["p50_ms"],
         "ingest_msgs_per_s": p["ingest_batched"]["items_per_s"],
         "cold_start_s": result["cold_start_s"],
+        "context_over_healthz_p50": round(p["context"]["p50_ms"] / p["healthz"]["p50_ms"], 2),
+        "context_over_healthz_p99": round(p["context"]["p99_ms"] / p["healthz"]["p99_ms"], 2),
+        "context_1client_p50_ms": p["context_1client"]["p50_ms"],
     }
 
 
@@ -442,6 +460,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="benchmark against this Postgres (must be migrated) instead of a fresh embedded one",
     )
     parser.add_argument(
+        "--workers", type=int, default=1, help="API processes (`mnemo serve --workers N`)"
+    )
+    parser.add_argument(
+        "--client-cpus",
+        default=None,
+        help="pin the load generator (this process, not the server) to these CPUs, e.g. 0",
+    )
+    parser.add_argument(
         "--no-worker",
         action="store_true",
         help="MNEMO_EMBEDDED_WORKER=false: measure the API alone",
@@ -464,9 +490,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Other work on the machine skews every figure: recorded, not prevented.
     load_before = _loadavg()
     extra_env = {"MNEMO_EMBEDDED_WORKER": "false"} if args.no_worker else {}
-    with running_service(database_url=args.database_url, extra_env=extra_env) as service:
+    with running_service(
+        database_url=args.database_url, extra_env=extra_env, workers=args.workers
+    ) as service:
         cold = service.start_s
         print(f"service ready in {cold:.2f} s at {service.base_url}", file=sys.stderr)
+        if args.client_cpus is not None:
+            # After the spawn: the server keeps every CPU, only the generator is pinned.
+            os.sched_setaffinity(0, {int(c) for c in args.client_cpus.split(",")})
         result = asyncio.run(measure(service, args))
         rss = service.rss_mib()
         warm = service.restart()
@@ -482,6 +513,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "seed",
                 "full",
                 "no_worker",
+                "workers",
+                "client_cpus",
             )
         }
         | {"embedded_db": args.database_url is None, "warmup_requests": WARMUP_REQUESTS},

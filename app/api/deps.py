@@ -65,7 +65,12 @@ async def require_admin(principal: Annotated[Principal, Depends(get_principal)])
 async def read_connection(
     engine: Annotated[AsyncEngine, Depends(get_engine)],
 ) -> AsyncIterator[AsyncConnection]:
+    """A connection for reads, in autocommit: no BEGIN before its first statement and no
+    ROLLBACK when it goes back to the pool, two of the round trips of a read request.
+    Each statement is its own snapshot; a read that needs transaction-local settings
+    opens a transaction of its own (``stores.memories.vector_search``)."""
     async with engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
         yield conn
 
 

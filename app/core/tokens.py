@@ -7,6 +7,7 @@ encoding is built from it, checked against the same sha256 tiktoken checks.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Iterable, Mapping
@@ -63,10 +64,25 @@ def _build() -> tiktoken.Encoding:
     )
 
 
+# Texts counted again and again (a session's rendered state and its tiers, on every
+# context read of that session) are counted once: a bounded cache of mid-sized texts.
+# Short ones cost less to count than to hash; long ones (a posted tool result) are
+# counted once anyway and would only fill the cache.
+CACHED_MIN_CHARS = 64
+CACHED_MAX_CHARS = 16_384
+
+
 def count_tokens(text: str | None) -> int:
     """Tokens of plain text; special-token strings count as ordinary text."""
     if not text:
         return 0
+    if CACHED_MIN_CHARS <= len(text) <= CACHED_MAX_CHARS:
+        return _count_cached(text)
+    return len(encoding().encode_ordinary(text))
+
+
+@functools.lru_cache(maxsize=2048)
+def _count_cached(text: str) -> int:
     return len(encoding().encode_ordinary(text))
 
 

@@ -4,6 +4,7 @@ a search embeds at most its query."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 from dataclasses import dataclass
@@ -53,39 +54,41 @@ async def add_memory(
     max_attempts: int,
 ) -> Added:
     """Store a memory (or confirm the same one), and have the worker embed it."""
-    user_pk = await sessions.ensure_user(conn, tenant=tenant, user=user)
     key = text_key(text)
-    existing = await repo.by_text_key(conn, user_pk=user_pk, text_key=key)
-    if existing is not None:
-        await repo.confirm(conn, memory_id=existing.id, user_pk=user_pk, pinned=pinned)
-        confirmed = await repo.get_memory(conn, user_pk=user_pk, memory_id=existing.id)
-        assert confirmed is not None
-        return Added(confirmed, created=False)
-    memory_id = await repo.insert_memory(
-        conn,
-        tenant=tenant,
-        user_pk=user_pk,
-        kind=kind,
-        text_=text,
-        text_key=key,
-        pinned=pinned,
-        ttl_days=None if pinned else ttl_days,
-        source=source,
-        metadata=metadata,
-        terms=index_terms(text),
-    )
-    await queue.enqueue(
-        conn,
-        tenant_id=tenant,
-        session_id=None,
-        kind=JobKind.EMBED_MEMORIES,
-        payload={"user_pk": user_pk},
-        max_attempts=max_attempts,
-        dedup_key=embed_job_key(user_pk),
-    )
-    created = await repo.get_memory(conn, user_pk=user_pk, memory_id=memory_id)
-    assert created is not None
-    return Added(created, created=True)
+    terms = index_terms(text)
+
+    async def add() -> repo.AddedRow | None:
+        return await repo.add_memory(
+            conn,
+            tenant=tenant,
+            user=user,
+            kind=kind,
+            text_=text,
+            text_key=key,
+            pinned=pinned,
+            ttl_days=None if pinned else ttl_days,
+            source=source,
+            metadata=metadata,
+            terms=terms,
+        )
+
+    # One round trip for a user already known; a first-seen user is created first.
+    added = await add()
+    if added is None:
+        await sessions.ensure_user(conn, tenant=tenant, user=user)
+        added = await add()
+        assert added is not None
+    if added.created:
+        await queue.enqueue(
+            conn,
+            tenant_id=tenant,
+            session_id=None,
+            kind=JobKind.EMBED_MEMORIES,
+            payload={"user_pk": added.user_pk},
+            max_attempts=max_attempts,
+            dedup_key=embed_job_key(added.user_pk),
+        )
+    return Added(added.memory, created=added.created)
 
 
 async def hybrid_search(
@@ -98,9 +101,28 @@ async def hybrid_search(
     embedder: Embedder | None = None,
     query_vector: list[float] | None = None,
 ) -> list[MemoryRow]:
-    """Vector and lexical candidates of one user, fused by reciprocal rank."""
+    """Vector and lexical candidates of one user, fused by reciprocal rank.
+
+    The query is embedded (in the embedder's thread, or over HTTP) while the lexical
+    leg runs on the connection: the search waits for the slower of the two, not both.
+    """
+    embedding = None
     if query_vector is None and embedder is not None:
-        query_vector = (await embedder.embed([query]))[0]
+        embedding = asyncio.ensure_future(embedder.embed([query]))
+    terms = search_terms(query)
+    lexical: list[MemoryRow] | None = None
+    try:
+        if terms:
+            lexical = await repo.lexical_search(
+                conn, user_pk=user_pk, terms=terms, k=max(k, CANDIDATES_PER_LIST), kind=kind
+            )
+        if embedding is not None:
+            query_vector = (await embedding)[0]
+    finally:
+        if embedding is not None and not embedding.done():
+            embedding.cancel()  # the lexical leg failed first
+        elif embedding is not None and not embedding.cancelled():
+            embedding.exception()  # marks a failure as seen: it was raised above, or is moot
     rankings: list[list[MemoryRow]] = []
     if query_vector is not None and embedder is not None:
         rankings.append(
@@ -113,13 +135,8 @@ async def hybrid_search(
                 kind=kind,
             )
         )
-    terms = search_terms(query)
-    if terms:
-        rankings.append(
-            await repo.lexical_search(
-                conn, user_pk=user_pk, terms=terms, k=max(k, CANDIDATES_PER_LIST), kind=kind
-            )
-        )
+    if lexical is not None:
+        rankings.append(lexical)
     rows = {str(r.id): r for ranking in rankings for r in ranking}
     fused = rrf([[str(r.id) for r in ranking] for ranking in rankings])
     return [dataclasses.replace(rows[mid], score=round(score, 6)) for mid, score in fused[:k]]

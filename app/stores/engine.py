@@ -16,7 +16,10 @@ from pgvector import Vector
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-# jsonb's binary form is a version byte and the JSON text.
+from app.core import jsonio
+
+# jsonb's binary form is a version byte and the JSON text. Results are decoded by
+# orjson (the context read's turns and renderings, memory rows: app/core/jsonio.py).
 JSONB_VERSION = b"\x01"
 
 # vector_schema: where the pgvector type lives, as the search path resolves `vector`
@@ -36,7 +39,7 @@ def _jsonb_binary(value: Any) -> bytes:
 
 
 def _jsonb_value(data: bytes) -> Any:
-    return json.loads(data[1:])
+    return jsonio.loads(data[1:])
 
 
 def _vector_binary(value: Vector | list[float]) -> bytes:
@@ -55,7 +58,7 @@ async def register_codecs(conn: asyncpg.Connection) -> None:
     has no vector codec, so ``upgrade_to_head`` closes the connections it used.
     """
     await conn.set_type_codec(
-        "json", schema="pg_catalog", encoder=_json_text, decoder=json.loads, format="text"
+        "json", schema="pg_catalog", encoder=_json_text, decoder=jsonio.loads, format="text"
     )
     await conn.set_type_codec(
         "jsonb",

@@ -18,6 +18,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.stores.engine import driver_connection
+
 EXACT_SCAN_MAX = 5_000
 # ef_search 200: recall 0.958 at 1M rows for users past EXACT_SCAN_MAX (bench.memory).
 HNSW_EF_SEARCH = 200
@@ -134,6 +136,39 @@ FORGET_EMBEDDINGS = text("""
     RETURNING tenant_id, user_id
 """)
 
+# add_memory: the write behind POST /memories in one round trip, for a user that
+# exists (no row otherwise: the sessions store creates users). A live memory of the
+# same wording is confirmed (as CONFIRM does) instead of stored twice; otherwise the
+# memory is inserted with its postings (as INSERT_MEMORY does). Returns the stored
+# row, whether it is new, and the user's internal id.
+ADD_MEMORY = text(f"""
+    WITH u AS (
+        SELECT id FROM users WHERE tenant_id = :tenant AND external_id = :user),
+    existing AS (
+        SELECT m.id FROM memories m, u
+        WHERE m.user_id = u.id AND m.text_key = :text_key AND m.superseded_by IS NULL
+        LIMIT 1),
+    confirmed AS (
+        UPDATE memories m SET last_confirmed_at = now(), times_confirmed = times_confirmed + 1,
+            pinned = m.pinned OR CAST(:pinned AS boolean),
+            expires_at = CASE WHEN m.pinned OR CAST(:pinned AS boolean) OR m.ttl_days IS NULL
+                              THEN NULL ELSE now() + make_interval(days => m.ttl_days) END
+        FROM existing e WHERE m.id = e.id
+        RETURNING {MEMORY_COLUMNS}, m.user_id, false AS created),
+    m AS (
+        INSERT INTO memories AS m (tenant_id, user_id, kind, text, text_key, pinned, source,
+                                   metadata, ttl_days, expires_at, terms)
+        SELECT :tenant, u.id, :kind, :text, :text_key, CAST(:pinned AS boolean),
+               CAST(:source AS jsonb), CAST(:metadata AS jsonb), CAST(:ttl_days AS integer),
+               CASE WHEN CAST(:pinned AS boolean) OR CAST(:ttl_days AS integer) IS NULL
+                    THEN NULL ELSE now() + make_interval(days => CAST(:ttl_days AS integer)) END,
+               CAST(:terms AS text[])
+        FROM u WHERE NOT EXISTS (SELECT 1 FROM existing)
+        RETURNING {MEMORY_COLUMNS}, m.user_id, true AS created),
+    p AS ({POSTINGS})
+    SELECT * FROM m UNION ALL SELECT * FROM confirmed
+""")
+
 # confirm: a restatement refreshes the memory instead of duplicating it.
 CONFIRM = text("""
     UPDATE memories SET last_confirmed_at = now(), times_confirmed = times_confirmed + 1,
@@ -149,15 +184,6 @@ SUPERSEDE = text("""
     WHERE id = :id AND user_id = :user_pk AND superseded_by IS NULL
 """)
 
-BY_TEXT_KEY = text(f"""
-    SELECT {MEMORY_COLUMNS} FROM memories m
-    WHERE m.user_id = :user_pk AND m.text_key = :text_key AND m.superseded_by IS NULL
-    LIMIT 1
-""")
-
-GET_MEMORY = text(f"""
-    SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id = :id AND m.user_id = :user_pk
-""")
 
 LIST_MEMORIES = text(f"""
     SELECT {MEMORY_COLUMNS} FROM memories m
@@ -361,22 +387,57 @@ async def insert_memory(
     )
 
 
+@dataclass(frozen=True)
+class AddedRow:
+    memory: MemoryRow
+    created: bool  # False: a live memory of the same wording was confirmed instead
+    user_pk: int
+
+
+async def add_memory(
+    conn: AsyncConnection,
+    *,
+    tenant: str,
+    user: str,
+    kind: str,
+    text_: str,
+    text_key: str,
+    pinned: bool,
+    ttl_days: int | None,
+    source: dict[str, Any],
+    metadata: dict[str, Any],
+    terms: list[str],
+) -> AddedRow | None:
+    """The added (or confirmed) memory; None when the user does not exist yet."""
+    r = (
+        await conn.execute(
+            ADD_MEMORY,
+            {
+                "tenant": tenant,
+                "user": user,
+                "kind": kind,
+                "text": text_,
+                "text_key": text_key,
+                "pinned": pinned,
+                "ttl_days": ttl_days,
+                "source": source,
+                "metadata": metadata,
+                **postings(terms),
+                "terms": terms,
+            },
+        )
+    ).first()
+    if r is None:
+        return None
+    return AddedRow(memory=_row(r), created=r.created, user_pk=r.user_id)
+
+
 async def confirm(conn: AsyncConnection, *, memory_id: int, user_pk: int, pinned: bool) -> None:
     await conn.execute(CONFIRM, {"id": memory_id, "user_pk": user_pk, "pinned": pinned})
 
 
 async def supersede(conn: AsyncConnection, *, old_id: int, new_id: int, user_pk: int) -> None:
     await conn.execute(SUPERSEDE, {"id": old_id, "new_id": new_id, "user_pk": user_pk})
-
-
-async def by_text_key(conn: AsyncConnection, *, user_pk: int, text_key: str) -> MemoryRow | None:
-    r = (await conn.execute(BY_TEXT_KEY, {"user_pk": user_pk, "text_key": text_key})).first()
-    return None if r is None else _row(r)
-
-
-async def get_memory(conn: AsyncConnection, *, user_pk: int, memory_id: int) -> MemoryRow | None:
-    r = (await conn.execute(GET_MEMORY, {"user_pk": user_pk, "id": memory_id})).first()
-    return None if r is None else _row(r)
 
 
 async def list_memories(
@@ -401,12 +462,15 @@ async def vector_search(
     count = int(routed[0].live)
     if count <= EXACT_SCAN_MAX:
         return [_row(r, float(r.score)) for r in routed if r.id is not None]
-    await conn.execute(
-        HNSW_SETTINGS,
-        {"ef_search": str(max(HNSW_EF_SEARCH, k)), "max_scan": str(HNSW_MAX_SCAN_TUPLES)},
-    )
-    rows = (await conn.execute(VECTOR_HNSW, params)).all()
-    await conn.execute(SEQSCAN_BACK_ON)
+    # The settings are transaction-local: a transaction of the driver's own holds them
+    # (a savepoint inside the caller's transaction; a transaction on an autocommit one).
+    async with (await driver_connection(conn)).transaction():
+        await conn.execute(
+            HNSW_SETTINGS,
+            {"ef_search": str(max(HNSW_EF_SEARCH, k)), "max_scan": str(HNSW_MAX_SCAN_TUPLES)},
+        )
+        rows = (await conn.execute(VECTOR_HNSW, params)).all()
+        await conn.execute(SEQSCAN_BACK_ON)
     if len(rows) < min(k, count):
         rows = (await conn.execute(VECTOR_EXACT, params)).all()  # never silently short
     ranked = sorted(rows, key=lambda r: -float(r.score))

@@ -52,6 +52,7 @@ def start_server(
     timeout_s: float = 60,
     mnemo: list[str] | None = None,
     cwd: Path | None = None,
+    args: list[str] | None = None,
 ) -> Server:
     """``mnemo serve`` (by default this checkout's, ``python -m app.cli``) on a free port."""
     port = free_port()
@@ -62,7 +63,13 @@ def start_server(
     t0 = time.monotonic()
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [*(mnemo or [sys.executable, "-m", "app.cli"]), "serve", "--port", str(port)],
+            [
+                *(mnemo or [sys.executable, "-m", "app.cli"]),
+                "serve",
+                "--port",
+                str(port),
+                *(args or []),
+            ],
             cwd=cwd,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from sqlalchemy import text
@@ -228,6 +230,37 @@ async def test_heavy_users_search_through_hnsw_and_always_get_k(
                 .all()
             )
             assert {m.id for m in found} <= set(ids)
+
+    # The read routes run on autocommit connections: the search opens a transaction of
+    # its own, so the transaction-local iterative scan is in force for the HNSW query
+    # and nothing is left set on the pooled connection afterwards.
+    settings_seen: list[str | None] = []
+    row = memory_repo._row
+
+    def spying_row(r: Any, score: float | None = None) -> memory_repo.MemoryRow:
+        settings_seen.append(r._mapping.get("iterative"))
+        return row(r, score)
+
+    monkeypatch.setattr(
+        memory_repo,
+        "VECTOR_HNSW",
+        text(
+            memory_repo.VECTOR_HNSW.text.replace(
+                "SELECT", "SELECT current_setting('hnsw.iterative_scan') AS iterative,", 1
+            )
+        ),
+    )
+    monkeypatch.setattr(memory_repo, "_row", spying_row)
+    async with engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        query = l2_normalize([rng.gauss(0, 1) for _ in range(512)])
+        found = await memory_repo.vector_search(
+            conn, user_pk=users[0], query=query, model="hash-ngram-v1", k=10
+        )
+        assert len(found) == 10
+        assert settings_seen and set(settings_seen) == {"relaxed_order"}
+        assert (await conn.execute(text("SHOW enable_seqscan"))).scalar() == "on"
+        assert (await conn.execute(text("SHOW hnsw.iterative_scan"))).scalar() == "off"
 
 
 async def test_a_heavy_user_whose_hnsw_answer_comes_back_short_is_topped_up_exactly(

@@ -1,0 +1,298 @@
+"""More than one process on one database: the production shape (N API replicas and M
+`mnemo worker` processes against one Postgres) and `mnemo serve --workers N`."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from app.services.auth import CACHE_TTL_S
+from tests.conftest import _dsn
+from tests.e2e.conftest import Server, start_server
+
+pytestmark = pytest.mark.e2e
+
+# Small enough that a few dozen turns per session trigger compressions.
+SMALL_WINDOW = {
+    "MNEMO_MODEL_WINDOW_TOKENS": "1024",
+    "MNEMO_SYSTEM_PROMPT_TOKENS": "0",
+    "MNEMO_TOOL_SCHEMA_TOKENS": "0",
+    "MNEMO_RESERVED_OUTPUT_TOKENS": "0",
+    "MNEMO_MIN_TURNS_BEFORE_COMPRESSION": "8",
+    "MNEMO_EMBEDDER": "hash",
+    "MNEMO_JOB_POLL_INTERVAL_S": "0.2",
+    "MNEMO_LOG_LEVEL": "WARNING",
+}
+SESSIONS = 6
+BATCHES = 12  # per session, each of 4 messages
+# A revoked key is refused by every replica once its lookup cache expired (docs/security.md).
+REVOCATION_DELAY_S = CACHE_TTL_S
+
+
+def _env(db_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMO_")}
+    return env | SMALL_WINDOW | {"MNEMO_DATABASE_URL": db_url}
+
+
+def _mnemo(db_url: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        env=_env(db_url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@contextlib.contextmanager
+def workers(db_url: str, n: int, log_dir: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs = []
+    try:
+        for i in range(n):
+            with (log_dir / f"worker-{i}.log").open("wb") as log:
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "app.cli", "worker"],
+                        env=_env(db_url),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        yield procs
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+
+
+def _batch(session: int, b: int) -> list[dict[str, object]]:
+    """Four messages of a step: a user request, a tool call, its result, a reply."""
+    call = f"call-{session}-{b}"
+    return [
+        {
+            "role": "user",
+            "content": f"Step {b}: look up the order status for account {session}-{b} "
+            "and keep the summary under two hundred words please.",
+            "id": f"s{session}-b{b}-u",
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "id": f"s{session}-b{b}-c",
+            "tool_calls": [
+                {
+                    "id": call,
+                    "type": "function",
+                    "function": {"name": "order_status", "arguments": f'{{"n": {b}}}'},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": call,
+            "id": f"s{session}-b{b}-t",
+            "content": json.dumps(
+                {"status": "shipped", "eta_days": b, "note": "packed and labelled " * 6}
+            ),
+        },
+        {"role": "assistant", "content": f"Order {b} has shipped.", "id": f"s{session}-b{b}-a"},
+    ]
+
+
+def _post_all(api: Server, work: list[tuple[int, int]], key: str) -> dict[str, int]:
+    """Post each (session, batch) through ``api``; the acknowledged seq of every message id."""
+    acked: dict[str, int] = {}
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=api.url, timeout=30, headers=headers) as c:
+        for session, b in work:
+            body = {"user_id": f"u{session % 2}", "messages": _batch(session, b)}
+            r = c.post(f"/v1/sessions/ps{session}/turns", json=body)
+            assert r.status_code == 201, r.text
+            for t in r.json()["turns"]:
+                acked[t["id"]] = t["seq"]
+    return acked
+
+
+async def _archive(db_url: str) -> dict[str, list[tuple[str, int]]]:
+    conn = await asyncpg.connect(_dsn(db_url, str(make_url(db_url).database)))
+    try:
+        rows = await conn.fetch(
+            "SELECT s.external_id AS session, t.external_id, t.seq FROM turns t"
+            " JOIN sessions s ON s.id = t.session_id ORDER BY s.external_id, t.seq"
+        )
+        events = await conn.fetch(
+            "SELECT s.external_id AS session, e.state_version, e.turn_seqs, e.job_id"
+            " FROM compression_events e JOIN sessions s ON s.id = e.session_id"
+        )
+    finally:
+        await conn.close()
+    out: dict[str, list[tuple[str, int]]] = {}
+    for r in rows:
+        out.setdefault(r["session"], []).append((r["external_id"], r["seq"]))
+    out["__events__"] = [
+        (f"{e['session']}|{e['state_version']}|{e['job_id']}", len(e["turn_seqs"])) for e in events
+    ]
+    out["__event_seqs__"] = [(e["session"], int(s)) for e in events for s in _seqs(e["turn_seqs"])]
+    return out
+
+
+def _seqs(value: object) -> list[int]:
+    return list(json.loads(value) if isinstance(value, str) else value)  # type: ignore[arg-type]
+
+
+def _wait_refused(api: Server, key: str, deadline: float) -> float | None:
+    """Seconds until ``api`` answers the key with 401, or None past the deadline."""
+    began = time.monotonic()
+    with httpx.Client(base_url=api.url, timeout=5) as c:
+        while time.monotonic() < deadline:
+            r = c.get("/v1/sessions/ps0", headers={"Authorization": f"Bearer {key}"})
+            if r.status_code == 401:
+                return time.monotonic() - began
+            assert r.status_code == 200, r.text
+            time.sleep(0.1)
+    return None
+
+
+def test_two_api_processes_and_two_workers_share_one_database(db_url: str, tmp_path: Path) -> None:
+    admin = _mnemo(db_url, "keys", "create", "--tenant", "default", "--scope", "admin")
+    agent = _mnemo(db_url, "keys", "create", "--tenant", "default", "--scope", "agent")
+    env = SMALL_WINDOW | {"MNEMO_DATABASE_URL": db_url, "MNEMO_EMBEDDED_WORKER": "false"}
+    apis = [start_server(tmp_path, env=env), start_server(tmp_path, env=env)]
+    try:
+        with workers(db_url, 2, tmp_path):
+            # Every session is posted to through both replicas, batches alternating.
+            work = [[(s, b) for s in range(SESSIONS) for b in range(i, BATCHES, 2)] for i in (0, 1)]
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                results = list(pool.map(_post_all, apis, work, [agent, agent]))
+            acked = results[0] | results[1]
+            assert len(acked) == SESSIONS * BATCHES * 4
+
+            # The workers drain the queue: no job left queued or running.
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                pending = [
+                    httpx.get(
+                        f"{apis[s % 2].url}/v1/sessions/ps{s}",
+                        headers={"Authorization": f"Bearer {admin}"},
+                    ).json()["pending_jobs"]
+                    for s in range(SESSIONS)
+                ]
+                if not any(pending):
+                    break
+                time.sleep(0.5)
+            assert not any(pending), pending
+
+            # A key revoked (by the operator's CLI, on the shared database) is refused by
+            # both replicas within the documented delay, though each had it cached.
+            for api in apis:
+                r = httpx.get(
+                    f"{api.url}/v1/sessions/ps0", headers={"Authorization": f"Bearer {agent}"}
+                )
+                assert r.status_code == 200
+            _mnemo(db_url, "keys", "revoke", agent.split("_")[1])
+            deadline = time.monotonic() + REVOCATION_DELAY_S + 1.5
+            refused = [_wait_refused(api, agent, deadline) for api in apis]
+            assert all(t is not None for t in refused), refused
+    finally:
+        for api in apis:
+            api.stop()
+
+    archive = asyncio.run(_archive(db_url))
+    events = archive.pop("__events__")
+    event_seqs = archive.pop("__event_seqs__")
+    # Nothing lost, nothing twice: every acknowledged id once, at its acknowledged seq,
+    # and each session's seqs gapless from 1.
+    stored = {ext: seq for turns in archive.values() for ext, seq in turns}
+    assert stored == acked
+    for session, turns in archive.items():
+        assert [seq for _, seq in turns] == list(range(1, len(turns) + 1)), session
+    # Compressions happened, each once: one event per (session, state version), and no
+    # turn compacted by two events.
+    assert events, "no compression ran"
+    assert len({name.rsplit("|", 1)[0] for name, _ in events}) == len(events)
+    assert len(set(event_seqs)) == len(event_seqs)
+
+
+def test_serve_workers_runs_api_processes_and_one_job_worker(data_dir: Path) -> None:
+    """`mnemo serve --workers 2` on the embedded database: two API processes answer on one
+    port, one `mnemo worker` runs the jobs, and stopping the supervisor stops them all."""
+    server = start_server(data_dir, env=SMALL_WINDOW, args=["--workers", "2"])
+    try:
+        children = _descendants(server.process.pid)
+        commands = [_cmdline(pid) for pid in children]
+        job_workers = [c for c in commands if c[-1:] == ["worker"]]
+        api_processes = [c for c in commands if any("spawn_main" in part for part in c)]
+        assert len(job_workers) == 1, commands
+        assert len(api_processes) == 2, commands
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            for b in range(BATCHES):
+                r = c.post("/v1/sessions/w0/turns", json={"user_id": "u", "messages": _batch(0, b)})
+                assert r.status_code == 201, r.text
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                session = c.get("/v1/sessions/w0").json()
+                if session["compressions"] and not session["pending_jobs"]:
+                    break
+                time.sleep(0.3)
+            assert session["compressions"] >= 1, session
+            assert (
+                c.get("/v1/sessions/w0/turns", params={"limit": 1000}).json()["turns"][-1]["seq"]
+                == BATCHES * 4
+            )
+    finally:
+        server.stop()
+    assert server.process.returncode is not None
+    # Every child leaves with the supervisor (multiprocessing's resource tracker a moment
+    # after it, when its pipe closes).
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+        time.sleep(0.1)
+    assert not [_cmdline(pid) for pid in children if _alive(pid)]
+
+
+def _descendants(pid: int) -> list[int]:
+    out, pending = [], [pid]
+    while pending:
+        p = pending.pop()
+        try:
+            kids = [int(k) for k in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            continue
+        out.extend(kids)
+        pending.extend(kids)
+    return out
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
