@@ -17,16 +17,12 @@ from typing import Any
 import orjson
 
 _LONG_NUMBER = re.compile(r"[0-9]{19}")
-_LONG_NUMBER_BYTES = re.compile(rb"[0-9]{19}")
 
 
 def loads(document: str | bytes) -> Any:
-    long = (
-        _LONG_NUMBER_BYTES.search(document)
-        if isinstance(document, bytes)
-        else _LONG_NUMBER.search(document)
-    )
-    if long is not None:
+    if isinstance(document, bytes):
+        document = document.decode()
+    if _LONG_NUMBER.search(document) is not None:
         return json.loads(document)
     try:
         return orjson.loads(document)
