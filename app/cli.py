@@ -118,6 +118,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    _exit_cleanly_on_sigterm()
     if args.workers > 1:
         return _serve_processes(settings, url, args.workers)
     import uvicorn
@@ -127,6 +128,21 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     app = create_app(settings, database_url=url)
     uvicorn.run(app, **_uvicorn_options(settings))
     return 0
+
+
+def _exit_cleanly_on_sigterm() -> None:
+    """SIGTERM ends this process through ``SystemExit``, so exit handlers run.
+
+    uvicorn shuts down gracefully on SIGTERM and then raises the signal again with the
+    handler that was installed before it ran. With the default handler the process dies of
+    the signal and skips ``atexit``, where the embedded Postgres this process started is
+    stopped: it would outlive ``mnemo serve`` (``docker stop``, systemd, Ctrl-C excepted).
+    """
+
+    def leave(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
 
 
 def _uvicorn_options(settings: Settings) -> dict[str, Any]:

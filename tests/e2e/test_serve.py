@@ -45,8 +45,10 @@ def test_serve_embedded_post_context_and_survive_a_restart(data_dir: Path) -> No
             assert c.get("/docs").status_code == 200
     finally:
         server.stop()
-    # Graceful: uvicorn finishes shutdown (worker stopped, pool closed), then re-raises SIGTERM.
+    # Graceful: uvicorn finishes shutdown (worker stopped, pool closed), then re-raises
+    # SIGTERM, and the embedded Postgres this server started is stopped with it.
     assert "Application shutdown complete" in server.log.read_text()
+    assert not (data_dir / "pg" / "postmaster.pid").exists()
 
     again = start_server(data_dir)
     try:
