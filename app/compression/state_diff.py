@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.compression.text import clip
+
 ChangeKind = Literal["added", "changed", "superseded", "resolved", "dropped"]
 
 Json = Mapping[str, Any]
@@ -59,8 +61,12 @@ class Change:
     was: str | None = None
 
 
-def _clip(text: str, limit: int = 160) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+# How much of an item a change shows.
+SHOWN_CHARS = 160
+
+
+def _clip(text: str, limit: int = SHOWN_CHARS) -> str:
+    return clip(text, limit)
 
 
 def _action(item: Json) -> str:
