@@ -9,8 +9,9 @@ retries, chit-chat, acknowledgements — with the items a compressor must keep
 
 * ``constraint`` — a rule the user stated (some ``emphasized``);
 * ``action_done`` — a successful tool call; recalled by a "Done"/"已完成" line
-  naming the tool and an id from its result (for a lookup, its "Looked up"/"已查询"
-  line: reads are grouped per tool and keep the ids their newest call obtained);
+  naming the tool and an id from its result (for a tool named as a lookup, its
+  "Looked up"/"已查询" line also counts: reads are grouped per tool and keep the ids
+  their newest call obtained; a write shown as looked up does not);
 * ``action_failed`` — a failed call retried with other arguments; a
   "Failed"/"失败" line naming the tool and the error;
 * ``parameter_current`` / ``parameter_superseded_marked`` — a setting changed
@@ -80,6 +81,13 @@ RECALL_KINDS: tuple[Kind, ...] = (
 )
 # Planted items land in the first 90% of a session; the tail is ordinary traffic.
 PLANT_SPAN = 0.9
+# Tools whose first word says they only read: their successful call may be recalled by
+# a "Looked up" line (reads are grouped per tool, with the ids the newest call
+# obtained). A write shown as looked up is not recalled as done. The benchmark's own
+# list, independent of the compressor's classification.
+LOOKUP_VERBS = frozenset(
+    {"get", "list", "search", "find", "lookup", "check", "fetch", "query", "load", "read"}
+)
 MIN_TURNS = 50
 MAX_TURNS = 500
 
@@ -206,8 +214,9 @@ class _Builder:
         ident = self.new_id(id_prefix)
         res = self.result(cid, {id_key: ident, **result(), "details": _details(self.rng)})
         self.add("assistant", _SAY.done_say[self.lang].format(tool=tool, id=ident))
+        markers = DONE + READ if tool.split("_", 1)[0] in LOOKUP_VERBS else DONE
         self.plant(
-            "action_done", describe(ident), [call, res], phrases=(tool, ident), markers=DONE + READ
+            "action_done", describe(ident), [call, res], phrases=(tool, ident), markers=markers
         )
 
     def new_id(self, prefix: str) -> str:

@@ -67,3 +67,21 @@ def test_a_misspelt_field_is_refused() -> None:
     raw["lookup"] = raw.pop("lookups")
     with pytest.raises(ValidationError, match="lookup"):
         Scenario.model_validate(raw)
+
+
+def test_only_a_lookup_may_be_recalled_by_its_looked_up_line() -> None:
+    """A write shown as "Looked up" is not a recalled completed action."""
+    from bench.recall.rendered import DONE, READ
+    from bench.sessions import generate
+
+    done = [
+        p
+        for i, lang in enumerate(("en", "zh") * 6)
+        for p in generate(seed=3, index=i, turns=200, language=lang).planted
+        if p.kind == "action_done"
+    ]
+    writes = [p for p in done if p.phrases[0].split("_", 1)[0] in ("book", "create", "issue")]
+    lookups = [p for p in done if p.phrases[0].startswith(("lookup_", "load_"))]
+    assert writes and lookups
+    assert all(set(p.markers) == set(DONE) for p in writes)
+    assert all(set(READ) <= set(p.markers) for p in lookups)
