@@ -23,7 +23,7 @@ Turns are shown chronologically under a date line — "7 May 2023 (2023-05-07)" 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -251,9 +251,25 @@ async def _turns(
     for key, value in extra.items():
         if key in by_key:
             by_key[key].value += value
-    whole = [m for m in episodes if not any((m.session_id, s) in by_key for s in _seqs(m))]
     ranked = sorted((t for t in by_key.values() if t.value > 0), key=lambda t: -t.density)
-    return _diversify(ranked), whole
+    return _diversify(ranked), _shown_whole(episodes, by_key.keys(), set(missing))
+
+
+def _shown_whole(
+    episodes: Sequence[MemoryRow],
+    held: Collection[tuple[int, int]],
+    asked: Collection[tuple[int, int]],
+) -> list[MemoryRow]:
+    """The episodes to show whole: those none of whose turns has a row although every
+    one was asked for (indexed before turn rows were). An episode whose turns fell past
+    the fetch limit is a weak hit, not an old row: it is left out, never shown ahead
+    of the evidence (as a fact line) for want of its turns."""
+    return [
+        m
+        for m in episodes
+        if not any((m.session_id, s) in held for s in _seqs(m))
+        and all((m.session_id, s) in asked for s in _seqs(m))
+    ]
 
 
 def _episode_values(
@@ -336,23 +352,28 @@ def _render(
             facts.append((m, line))
             left -= cost
     groups: dict[tuple[date, int], list[_Turn]] = {}
+    days: set[date] = set()
     for turn in turns:
         if left <= 0:
             break
         key = (_day(turn.row), turn.session_pk)
         cost = turn.tokens
-        if key not in groups:
+        if key[0] not in days:  # one date line per day, however many sessions
             cost += count(f"[{date_label(key[0], language)}]\n")
         if cost > left:
             continue
         groups.setdefault(key, []).append(turn)
+        days.add(key[0])
         left -= cost
     if not facts and not groups:
         return "", []
     lines = [header, *(line for _, line in facts)]
     placed = [m for m, _ in facts]
+    shown: date | None = None
     for key in sorted(groups, key=lambda k: (k[0], min(t.seq for t in groups[k]), k[1])):
-        lines.append(f"[{date_label(key[0], language)}]")
+        if key[0] != shown:
+            lines.append(f"[{date_label(key[0], language)}]")
+            shown = key[0]
         for turn in sorted(groups[key], key=lambda t: t.seq):
             lines.append(turn.row.text)
             placed.append(turn.row)

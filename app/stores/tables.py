@@ -21,6 +21,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     Table,
     Text,
     UniqueConstraint,
@@ -342,20 +343,23 @@ memories = Table(
 )
 
 # BM25 postings of the memories (app/memories/bm25.py, stores/memories.LEXICAL): read by
-# (user_id, term), deleted with their memory.
+# (user_id, term) from the key's index alone (it carries kind, tf and dl), deleted with
+# their memory.
 memory_terms = Table(
     "memory_terms",
     metadata,
-    Column("user_id", BigInteger, primary_key=True),
-    Column("term", Text, primary_key=True),
-    Column(
-        "memory_id",
-        BigInteger,
-        ForeignKey("memories.id", ondelete="CASCADE"),
-        primary_key=True,
-    ),
+    Column("user_id", BigInteger, nullable=False),
+    Column("term", Text, nullable=False),
+    Column("memory_id", BigInteger, ForeignKey("memories.id", ondelete="CASCADE"), nullable=False),
     Column("kind", Text, nullable=False),
     Column("tf", Integer, nullable=False),
     Column("dl", Integer, nullable=False),
+    PrimaryKeyConstraint(
+        "user_id",
+        "term",
+        "memory_id",
+        name="memory_terms_pkey",
+        postgresql_include=["kind", "tf", "dl"],
+    ),
     Index("memory_terms_memory_idx", "memory_id"),
 )

@@ -214,3 +214,38 @@ async def test_a_session_sees_its_own_compacted_turns_again_never_its_live_ones(
     memory = after["text"].split("## Long-term memory", 1)[-1]
     assert "Ana: My locker code at the gym is 4471." in memory
     assert after["memory_ids"]
+
+
+async def test_the_postings_of_a_querys_terms_are_read_from_their_index_alone(
+    engine: AsyncEngine,
+) -> None:
+    """The lexical leg needs a posting's frequency, length and kind: carried in the key's
+    index, a user's postings are an index-only scan, not one heap page per posting."""
+    async with engine.begin() as conn:
+        user_pk = await sessions.ensure_user(conn, tenant="default", user="ix")
+        for i, body in enumerate(["The zeppelin museum opens in June.", "A zeppelin flew by."]):
+            await repo.insert_memory(
+                conn,
+                tenant="default",
+                user_pk=user_pk,
+                kind="fact",
+                text_=body,
+                text_key=str(i),
+                pinned=False,
+                ttl_days=None,
+                source={},
+                metadata={},
+                terms=index_terms(body),
+            )
+    async with engine.connect() as conn:
+        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await auto.execute(text("VACUUM ANALYZE memory_terms"))
+    async with engine.begin() as conn:
+        await conn.execute(text("SET LOCAL enable_seqscan = off"))
+        await conn.execute(text("SET LOCAL enable_bitmapscan = off"))
+        terms = search_terms("zeppelin museum")
+        params = {"user_pk": user_pk, "terms": terms, "k": 5, "kind": None}
+        plan = "\n".join(
+            r[0] for r in await conn.execute(text("EXPLAIN " + str(repo.LEXICAL)), params)
+        )
+    assert "Index Only Scan using memory_terms_pkey on memory_terms" in plan, plan

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -73,3 +74,26 @@ def test_a_long_turn_is_discounted_less_than_in_proportion_to_its_length() -> No
     # per token (a reply that was hit from two sides must not lose to every one-liner).
     assert long.density > short.density
     assert long.value / long.tokens < short.value / cm.DENSITY_FLOOR_TOKENS
+
+
+def test_an_episode_is_shown_whole_only_when_its_turns_were_asked_for_and_none_exist() -> None:
+    old = row(1, "episode indexed before turn rows", [1, 2], turn=False, score=0.02)
+    cut = row(2, "episode whose turns fell past the fetch limit", [3, 4], turn=False)
+    shown = row(3, "episode shown turn by turn", [5], turn=False, score=0.03)
+    whole = cm._shown_whole(
+        [old, cut, shown], held={(7, 5)}, asked={(7, 1), (7, 2), (7, 3), (7, 5)}
+    )
+    assert whole == [old]
+
+
+def test_turns_of_two_sessions_of_one_day_share_one_date_line() -> None:
+    def turn(session: int, seq: int, text: str) -> cm._Turn:
+        r = dataclasses.replace(
+            row(seq, text, [seq], turn=True), session_id=session, source={"seqs": [seq]}
+        )
+        return cm._Turn(r, 0.02, session, seq)
+
+    picked = [turn(1, 3, "Ana: I adopted a cat."), turn(2, 1, "Ana: The cat is called Miso.")]
+    text, placed = cm._render([], [], picked, 200, "en", WHEN)
+    assert text.count("[1 March 2024 (2024-03-01)]") == 1
+    assert len(placed) == 2 and "adopted" in text and "Miso" in text
