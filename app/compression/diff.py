@@ -39,6 +39,10 @@ _ZH = {
     "resolved": "{n} 项确认已答复",
     "todo_done": "完成 {n} 项待办",
 }
+# How a parameter's change reads in the summary ("batch_size changed 32 → 64"); the
+# recall judge derives from it which part of the line is the former value.
+CHANGED = {"en": "{name} changed {was} → {value}", "zh": "{name} 由 {was} 改为 {value}"}
+SET = {"en": "{name} set to {value}", "zh": "{name} 设为 {value}"}
 
 
 def _counts(old: TaskState, new: TaskState) -> Counter[str]:
@@ -73,16 +77,15 @@ def _counts(old: TaskState, new: TaskState) -> Counter[str]:
 
 def _param_changes(old: TaskState, new: TaskState, zh: bool) -> list[str]:
     before = {p.key: p.value for p in old.parameters}
+    lang = "zh" if zh else "en"
     changes = []
     for p in new.parameters:
         value = clip(p.value, 40)
         if p.key not in before:
-            changes.append(f"{p.name} 设为 {value}" if zh else f"{p.name} set to {value}")
+            changes.append(SET[lang].format(name=p.name, value=value))
         elif before[p.key] != p.value:
             was = clip(before[p.key], 40)
-            changes.append(
-                f"{p.name} 由 {was} 改为 {value}" if zh else f"{p.name} changed {was} → {value}"
-            )
+            changes.append(CHANGED[lang].format(name=p.name, was=was, value=value))
     return changes
 
 

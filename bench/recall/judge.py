@@ -17,7 +17,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.recall.rendered import ANSWERED, CALLED, DONE, FAILED, MISSING, PENDING, WAS, StateView
+from bench.recall.rendered import (
+    ANSWERED,
+    CALLED,
+    CHANGED_FROM,
+    DONE,
+    FAILED,
+    MISSING,
+    PENDING,
+    WAS,
+    StateView,
+)
 from bench.sessions import RECALL_KINDS, Planted, Session
 
 
@@ -119,7 +129,10 @@ def _param_current(item: Planted, ctx: Context) -> list[str]:
 
 
 def _old_shown_as_current(item: Planted, ctx: Context) -> list[str]:
-    """State lines that present a superseded value of the parameter as current."""
+    """State lines that present a superseded value of the parameter as current.
+
+    A value marked as former does not: "(was A)" / "(原为 A)", and the change
+    notice's "name changed A → B" / "name 由 A 改为 B" (the change is what it says)."""
     bad = []
     for section, lines in ctx.view.sections.items():
         if section in ("revoked", "actions", "artifacts"):
@@ -127,7 +140,7 @@ def _old_shown_as_current(item: Planted, ctx: Context) -> list[str]:
         for line in lines:
             if line.startswith(DONE + FAILED + CALLED + ANSWERED):
                 continue
-            current = line
+            current = CHANGED_FROM.sub(" → ", line)
             for w in WAS:
                 current = current.split(w)[0]
             if not contains(current, item.name):

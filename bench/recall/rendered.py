@@ -10,6 +10,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
+from app.compression.diff import CHANGED
 from app.compression.render import LABELS
 
 _LABELS = tuple(LABELS.values())
@@ -32,6 +33,15 @@ PENDING = _prefixes("pending", "text")
 WAS = _prefixes("was", "old")
 MISSING = _prefixes("missing", "items")
 ANSWERED = _prefixes("answered", "q")
+# The change notice's "name changed A → B" / "name 由 A 改为 B": A is marked as former.
+CHANGED_FROM = re.compile(
+    "|".join(
+        re.escape(t.split("{name}")[1].split("{was}")[0])
+        + "[^;；]*?"
+        + re.escape(t.split("{was}")[1].split("{value}")[0])
+        for t in CHANGED.values()
+    )
+)
 # The task-state block's title, up to the turn number.
 STATE_TITLES = _prefixes("title", "n")
 

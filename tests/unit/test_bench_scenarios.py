@@ -85,3 +85,52 @@ def test_only_a_lookup_may_be_recalled_by_its_looked_up_line() -> None:
     assert writes and lookups
     assert all(set(p.markers) == set(DONE) for p in writes)
     assert all(set(READ) <= set(p.markers) for p in lookups)
+
+
+_EN_STATE = "- shipping: courier (was express)\n"
+_ZH_STATE = "- 配送：到店自提 (原为 加急)\n"
+
+
+@pytest.mark.parametrize(
+    ("language", "state", "stale"),
+    [
+        # the notice's change clause marks the old value as former, in both languages
+        (
+            "en",
+            _EN_STATE + "Since the last compression: shipping changed standard → courier.",
+            False,
+        ),
+        ("zh", _ZH_STATE + "自上次压缩以来：配送 由 普通 改为 到店自提。无待确认事项。", False),
+        # an old value outside a change clause is still shown as current
+        ("en", _EN_STATE + "Since the last compression: goal: shipping by standard post.", True),
+        ("zh", _ZH_STATE + "自上次压缩以来：目标：用普通配送寄出搅拌机。", True),
+    ],
+)
+def test_a_change_clause_marks_the_old_value_as_former(
+    language: str, state: str, stale: bool
+) -> None:
+    from app.compression.render import LABELS
+    from bench.recall.judge import Context, judge
+    from bench.sessions import Planted
+
+    name, value, olds = (
+        ("shipping", "courier", ("standard", "express"))
+        if language == "en"
+        else ("配送", "到店自提", ("普通", "加急"))
+    )
+    item = Planted(
+        kind="parameter_superseded_marked",
+        key="p",
+        text="",
+        turn_ids=(),
+        planted_at=0,
+        name=name,
+        value=value,
+        old_values=olds,
+    )
+    lab = LABELS[language]
+    param, notice = state.split("\n")
+    # the notice is the last line, after whatever section comes last (here the todos)
+    text = "\n".join((lab["title"].format(n=9), lab["params"], param, lab["todos"], "- x", notice))
+    verdict = judge(item, Context(state=text, messages=[], tokens=0), {})
+    assert verdict["ok"] is not stale

@@ -54,6 +54,24 @@ _EN_WAITING = (
     r"|as soon as)\b"
     r"|\b(?:replies|responds|gets back to (?:me|us)|has a say|wants? a say|signs off)\b"
 )
+# Consulting someone before answering: "let me ask my supervisor", "I'll check the
+# dates with my wife first", "I need to confirm with our lead", "let me see what Sam
+# thinks". Only the speaker's own plan ("I'll…", "let me…"): "check it with the hotel"
+# is a request to the agent, and "ask" needs a third party, not "ask you"/"ask about".
+_EN_FIRST_PERSON = (
+    r"\b(?:i'?ll|i will|i'?m going to|i'?m gonna|let me|i need to|i have to|i must|i should"
+    r"|i'?d better|i want to|i'?d like to|we'?ll|we need to|let us|let'?s)\s+"
+    r"(?:(?:first|quickly|just|go|still|also)\s+)?"
+)
+_EN_CONSULT = (
+    _EN_FIRST_PERSON + r"(?:ask(?!\s+(?:you|a|an|another|one|some|something|about|for|if"
+    r"|whether|why|how|what|when|where|which|who|this|that|it|again|questions?)\b)\s+\w"
+    r"|(?:check|confirm|verify|double-check|clear (?:it|this|that)|talk|speak|consult)"
+    r"\s+(?:with|to)\b|consult\b|run (?:it|this|that) (?:by|past)\b|find out from\b"
+    r"|see what\b.{0,40}\b(?:says?|thinks?)\b"
+    r"|(?:check|confirm|verify|double-check|clear|discuss|sort out)\b.{0,40}"
+    r"\bwith (?:my|our|his|her|their)\b)"
+)
 # Chinese: 先挂着/先不定/先留着/先放一放, 再考虑/再想想, 回头再说, 拿不准, 得…拍板/点头,
 # 等…确认了再…, 得跟…商量, 得听听…的意见, 明天给你答复.
 _ZH = (
@@ -64,13 +82,26 @@ _ZH = (
     r"|(?:明天|后天|下周|晚上|稍后|之后)(?:再)?(?:给你|告诉你|回复|答复|确认|定)"
     r"|拿不准|没想好|还没(?:想好|定|决定|确定|拿定主意)|暂(?:时)?不(?:定|决定|确定|提交)|待定|未定"
     r"|等.{1,20}?(?:点头|拍板|同意|确认|批准|答复|回复|决定|看过|看完|签字|定下来|审批|意见)"
-    r"|(?:得|要|需要|还得)(?:我|他|她|我们)?(?:跟|和|同|问问|请示|听听).{0,20}?(?:商量|意见|确认|拍板|同意|看看)"
+    r"|(?:得|要|需要|还得)(?:我|他|她|我们)?(?:(?:跟|和|同)(?![你您])|问问|请示|听听).{0,20}?(?:商量|意见|确认|拍板|同意|看看)"
     r"|(?:得|要|由|归)(?:我|他|她)?.{0,12}?(?:拍板|点头|说了算|做主)"
     r"|(?:还在|正在)(?:看|考虑|比较|等)"
 )
+# 先问问主管, 我问一下组长, 我明天跟负责人确认一下, 我得先和家里商量: the speaker consults
+# someone first. Not "帮我跟酒店确认" or "你先问问" (asks the agent to), not "跟你确认"
+# (settled here), not "商量好了/确认过了" (already done).
+_ZH_CONSULT = (
+    r"(?<![帮替给让请你您])(?:我|先|得|要|会|去|再|回头|明天|后天|晚点|下周|今晚|待会|等会)"
+    r"(?:先|去|再)?(?:问问|问一下|问一问|请示(?:一下)?|打听(?:一下)?)(?![你您，,。.？?！!])"
+    r"|(?<![帮替给让请你您])(?:我|先|得|要|会|回头|明天|后天|晚点|下周|今晚|待会|等会|还得|需要)"
+    r"[^。！？!?，,]{0,6}?(?:跟|和|同|找)(?![你您])[^。！？!?]{1,15}?"
+    r"(?:确认|商量|沟通|核实|核对|对一下|碰一下|讨论|请示|打听|合计)(?![好过了完])"
+)
 
-DEFERRAL = re.compile("|".join((_EN_PUT_OFF, _EN_LATER, _EN_WAITING, _ZH)), _I)
-# Asking to put it off is a deferral too ("can we leave X open?").
+DEFERRAL = re.compile(
+    "|".join((_EN_PUT_OFF, _EN_LATER, _EN_WAITING, _EN_CONSULT, _ZH, _ZH_CONSULT)), _I
+)
+# Asking to put it off is a deferral too ("can we leave X open?"); asking whether to
+# consult someone ("shall I check with the airline first?") is only a question.
 _PUT_OFF = re.compile("|".join((_EN_PUT_OFF, _ZH)), _I)
 # A literal word each alternative above cannot match without (searched in the
 # lower-cased sentence first): most sentences defer nothing, and the bounded gaps
@@ -91,10 +122,13 @@ HINT_DEFERRAL = re.compile(
             "|check with|run it by|talk to|ask|consult|hear from|still|run |first|before"
             "|ping you|message you|text you|call you|email you|get back to you|tell you"
             "|repl|respond|a say"
+            # consulting someone
+            "|check|verify|clear |discuss|sort out|talk|speak|see what|find out"
             # Chinese
             "|先|缓|有消息|回头|再|还得|改天|过两天|晚点|明天|后天|下周|晚上|稍后|之后|拿不准|没想好"
             "|还没|暂|待定|未定|还在|正在|点头|拍板|同意|确认|批准|答复|回复|决定|看过|看完|签字"
             "|定下来|审批|意见|商量|看看|说了算|做主"
+            "|问问|问一|请示|打听|沟通|核实|核对|对一下|碰一下|讨论|合计"
         ).split("|")
     )
 )

@@ -46,7 +46,13 @@ NOISE = re.compile(
 )
 CHITCHAT = re.compile(
     r"how(?:'s| is) the weather|what(?:'s| is) the weather (?:like )?(?:today|there|outside)?$"
-    r"|how are you|how(?:'s| is) it going|how was your (?:day|weekend)|what'?s up\b"
+    r"|how are you|how(?:'s| is) it going|what'?s up\b"
+    # asking after the user's day or holiday: "how was your weekend?", "did you have a
+    # nice trip?", "周末过得怎么样？"
+    r"|how was your (?:day|weekend|holiday|vacation|evening|morning|week|break)"
+    r"|(?:\bdid you have|^have) a (?:good|nice|great|lovely) (?:day|weekend|holiday|vacation"
+    r"|evening|week|break)\b"
+    r"|(?:周末|今天|假期|最近|昨天|这几天|这周|节日|放假|春节|国庆)过得(?:怎么样|如何|好吗|还好吗|开心吗|咋样)"
     r"|tell me a joke|you'?re (?:funny|the best|awesome)|nice weather|it'?s (?:sunny|raining)"
     r"|天气(?:怎么样|如何|真好|不错)|今天天气|你好吗|最近怎么样|讲个笑话|你真(?:棒|好|聪明)|吃了吗|哈哈",
     _I,
@@ -495,5 +501,6 @@ HINT_OFFER = _hint(
 )
 HINT_CHITCHAT = _hint(
     "weather|how are|how's it|how is it|how was your|what's up|whats up|joke|funny|the best"
+    "|did you have|have a|过得"
     "|awesome|sunny|raining|天气|你好吗|最近怎么样|笑话|你真|吃了吗|哈哈"
 )

@@ -16,6 +16,7 @@ from . import (
     test_extract_noise,
     test_extract_rules,
     test_identifiers_summary,
+    test_pending,
     test_session,
 )
 
@@ -62,6 +63,7 @@ def _corpus() -> list[str]:
         test_changes,
         test_extract_noise,
         test_identifiers_summary,
+        test_pending,
     )
     for module in modules:
         source = Path(str(module.__file__)).read_text(encoding="utf-8")
