@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.api import openapi, problems
 from app.api.limits import BodyLimitMiddleware
 from app.api.middleware import ObservabilityMiddleware
-from app.api.routes import compression, health, memories, misses, sessions, tasks
+from app.api.routes import compression, health, memories, misses, pop, sessions, tasks
 from app.api.tracing import TracingMiddleware
 from app.compression.audit import CompressionRecord
 from app.compression.extract.isolated import IsolatedRuleExtractor, shared_processes
@@ -234,6 +234,7 @@ def create_app(
     problems.install(app)
     app.include_router(health.router)
     app.include_router(sessions.router)
+    app.include_router(pop.router)
     app.include_router(compression.router)
     app.include_router(memories.router)
     app.include_router(tasks.router)

@@ -47,6 +47,7 @@ LINKS: dict[str, tuple[str, dict[str, tuple[str, dict[str, str]]]]] = {
             "ListEvents": ("list_events", {"session_id": "$request.path.session_id"}),
             "ListMemories": ("list_memories", {"user_id": "$response.body#/user_id"}),
             "DeleteSession": ("delete_session", {"session_id": "$request.path.session_id"}),
+            "PopTurn": ("pop_turn", {"session_id": "$request.path.session_id"}),
         },
     ),
     "create_memory": (
@@ -107,6 +108,28 @@ REQUEST_EXAMPLES: dict[str, dict[str, Any]] = {
 }
 
 RESPONSE_EXAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
+    "pop_turn": (
+        "200",
+        {
+            "session_id": "s-1",
+            "turn": {
+                "id": "m-7",
+                "seq": 7,
+                "role": "user",
+                "content": "Actually, make it Lisbon.",
+                "name": None,
+                "tool_calls": None,
+                "tool_call_id": None,
+                "tokens": 9,
+                "emphasized": False,
+                "metadata": {},
+                "created_at": "2026-01-05T10:00:00Z",
+                "compacted": False,
+            },
+            "turn_count": 6,
+            "history_tokens": 412,
+        },
+    ),
     "post_turns": (
         "201",
         {

@@ -740,3 +740,12 @@ class MissOut(BaseModel):
         " nothing that matches)."
     )
     state_version: int
+
+
+class PoppedTurnOut(BaseModel):
+    """What ``DELETE /v1/sessions/{id}/turns/last`` removed, and the session after it."""
+
+    session_id: str
+    turn: TurnOut
+    turn_count: int = Field(description="Turns left; the next posted message takes seq +1.")
+    history_tokens: int

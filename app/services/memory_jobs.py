@@ -159,7 +159,9 @@ async def index_session(ctx: JobContext, deps: MemoryDeps) -> None:
         head = await sessions.index_head(conn, session_pk=sid)
         if head is None:
             return
-        turns = await sessions.turns_after(conn, session_pk=head.id, after_seq=head.episode_seq)
+        turns, newest_pk = await sessions.turns_after_marked(
+            conn, session_pk=head.id, after_seq=head.episode_seq
+        )
     if not turns:
         return
     indexed, closed_through = index_rows(
@@ -192,6 +194,11 @@ async def index_session(ctx: JobContext, deps: MemoryDeps) -> None:
     ttl = deps.settings.memory_ttl_days
 
     async def apply(conn: AsyncConnection) -> None:
+        assert newest_pk is not None
+        if not await sessions.turn_still_there(
+            conn, tenant=head.tenant_id, session_pk=head.id, turn_pk=newest_pk
+        ):
+            return  # popped since the read (services/pop.py); the pop queued a new run
         await repo.drop_open_episodes(conn, session_pk=sid)
         for row, vector in zip(indexed, vectors, strict=False):
             await repo.insert_memory(

@@ -217,3 +217,16 @@ async def write_restored_state(
             "rendered_tokens": rendered_tokens,
         },
     )
+
+
+# notice_before: the change notice shows until a user turn comes after notice_seq; a pop
+# gives the popped seq back to the allocator, so the mark moves below it.
+NOTICE_BEFORE = text("""
+    UPDATE task_states SET notice_seq = least(notice_seq, :seq - 1)
+    WHERE session_id = :sid AND notice_seq >= :seq
+""")
+
+
+async def notice_before(conn: AsyncConnection, *, session_pk: int, seq: int) -> None:
+    """Keep the change notice's mark below ``seq`` (the seq a pop freed)."""
+    await conn.execute(NOTICE_BEFORE, {"sid": session_pk, "seq": seq})

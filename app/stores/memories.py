@@ -610,3 +610,39 @@ EMBEDDING_PROGRESS = text("""
 async def embedding_progress(conn: AsyncConnection) -> EmbeddingProgress:
     row = (await conn.execute(EMBEDDING_PROGRESS)).one()
     return EmbeddingProgress(row.missing, row.waiting_jobs, row.dead_jobs)
+
+
+# forget_indexed_from: a pop removed the turn at :seq. The session's index rows that cover
+# it go (episodes, whose windows overlap, and its single-turn row); indexing restarts
+# before the first turn of the earliest episode that went, so the turns it also covered
+# are chunked again, and the single-turn rows past that cut go too (the next run writes
+# them again). Returns the cut.
+FORGET_INDEXED_FROM = text("""
+    WITH spans AS (
+        SELECT m.id, m.turn_seq,
+               (SELECT min(x::int) FROM jsonb_array_elements_text(m.source -> 'seqs') x) AS first,
+               (SELECT max(x::int) FROM jsonb_array_elements_text(m.source -> 'seqs') x) AS last
+        FROM memories m
+        WHERE m.tenant_id = :tenant AND m.session_id = :sid AND m.kind = 'episode'),
+    cut AS (
+        SELECT least(CAST(:seq AS integer),
+                     min(first) FILTER (WHERE last >= CAST(:seq AS integer))) - 1 AS mark
+        FROM spans),
+    gone AS (
+        DELETE FROM memories m USING spans, cut
+        WHERE m.id = spans.id
+          AND (spans.last >= CAST(:seq AS integer) OR spans.turn_seq > cut.mark)
+        RETURNING m.id)
+    SELECT cut.mark, (SELECT count(*) FROM gone) AS dropped FROM cut
+""")
+
+
+async def forget_indexed_from(
+    conn: AsyncConnection, *, tenant: str, session_pk: int, seq: int
+) -> int:
+    """Drop the index rows derived from the turn at ``seq`` (and the single-turn rows the
+    next run rewrites); the seq indexing restarts after."""
+    row = (
+        await conn.execute(FORGET_INDEXED_FROM, {"tenant": tenant, "sid": session_pk, "seq": seq})
+    ).one()
+    return int(row.mark)

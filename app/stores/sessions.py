@@ -257,6 +257,99 @@ async def recent_live_turns(conn: AsyncConnection, *, session_pk: int, k: int) -
     return [turn_view(r) for r in reversed(rows)]
 
 
+# ------------------------------------------------------------------------ pop
+
+# newest_turn: the session's newest turn, what a pop would remove.
+NEWEST_TURN = text("""
+    SELECT id AS pk, external_id, seq, role, content, name, tool_calls, tool_call_id, tokens,
+           emphasized, metadata, created_at, compacted, event_id
+    FROM turns WHERE session_id = :sid
+    ORDER BY seq DESC LIMIT 1
+""")
+
+# remove_newest: delete the newest turn and take it off every counter and mark, under the
+# session's lock. Its seq becomes the allocator's again (seqs stay gapless); the marks
+# that point at it or past it (the embedded user turn, the indexing and promotion marks)
+# move back, so the next turn posted at that seq is embedded and indexed afresh.
+REMOVE_NEWEST = text("""
+    WITH gone AS (DELETE FROM turns WHERE id = :turn_pk AND session_id = :sid
+                  RETURNING seq, tokens)
+    UPDATE sessions s SET
+        turn_count = gone.seq - 1,
+        live_turns = greatest(s.live_turns - 1, 0),
+        history_tokens = greatest(s.history_tokens - gone.tokens, 0),
+        total_tokens = greatest(s.total_tokens - gone.tokens, 0),
+        last_user_seq = CASE WHEN s.last_user_seq >= gone.seq THEN NULL ELSE s.last_user_seq END,
+        last_user_embedding = CASE WHEN s.last_user_seq >= gone.seq THEN NULL
+                                   ELSE s.last_user_embedding END,
+        episode_seq = least(s.episode_seq, :index_mark, gone.seq - 1),
+        promoted_seq = least(s.promoted_seq, gone.seq - 1),
+        updated_at = now()
+    FROM gone
+    WHERE s.id = :sid AND s.tenant_id = :tenant
+    RETURNING s.turn_count, s.history_tokens, s.live_turns, s.episode_seq
+""")
+
+# turn_still_there: lock the session (posts and pops serialise on its row) and tell
+# whether a turn read earlier still exists: a pop may have removed it meanwhile.
+TURN_STILL_THERE = text("""
+    SELECT EXISTS (SELECT 1 FROM turns t WHERE t.id = :turn_pk AND t.session_id = s.id)
+    FROM sessions s WHERE s.id = :sid AND s.tenant_id = :tenant
+    FOR UPDATE OF s
+""")
+
+
+@dataclass(frozen=True)
+class NewestTurn:
+    pk: int
+    turn: StoredTurn
+    event_id: int | None  # the compression that took it, when compacted
+
+
+@dataclass(frozen=True)
+class AfterPop:
+    """A session's counters and indexing mark right after a pop."""
+
+    turn_count: int
+    history_tokens: int
+    live_turns: int
+    episode_seq: int
+
+
+async def newest_turn(conn: AsyncConnection, *, session_pk: int) -> NewestTurn | None:
+    row = (await conn.execute(NEWEST_TURN, {"sid": session_pk})).first()
+    if row is None:
+        return None
+    return NewestTurn(pk=row.pk, turn=_stored(row), event_id=row.event_id)
+
+
+async def remove_newest(
+    conn: AsyncConnection, *, tenant: str, session_pk: int, turn_pk: int, index_mark: int
+) -> AfterPop:
+    """Delete the newest turn ``turn_pk`` (the caller holds the session's lock, see
+    ``lock_session``); indexing restarts after ``index_mark`` at the latest."""
+    row = (
+        await conn.execute(
+            REMOVE_NEWEST,
+            {"tenant": tenant, "sid": session_pk, "turn_pk": turn_pk, "index_mark": index_mark},
+        )
+    ).one()
+    return AfterPop(**row._mapping)
+
+
+async def turn_still_there(
+    conn: AsyncConnection, *, tenant: str, session_pk: int, turn_pk: int
+) -> bool:
+    """Lock the session's row for the rest of the transaction; does ``turn_pk`` exist?"""
+    return bool(
+        (
+            await conn.execute(
+                TURN_STILL_THERE, {"tenant": tenant, "sid": session_pk, "turn_pk": turn_pk}
+            )
+        ).scalar()
+    )
+
+
 # ------------------------------------------------------------- memory marks
 
 # index_head: what indexing starts from: the session, its marks and its goal.
@@ -269,7 +362,7 @@ INDEX_HEAD = text("""
 
 # The turns not yet covered by a closed episode, oldest first.
 UNINDEXED_TURNS = text("""
-    SELECT seq, role, content, tool_calls, tool_call_id, name, metadata, created_at
+    SELECT id, seq, role, content, tool_calls, tool_call_id, name, metadata, created_at
     FROM turns WHERE session_id = :sid AND seq > :after ORDER BY seq
 """)
 
@@ -327,9 +420,14 @@ async def index_head(conn: AsyncConnection, *, session_pk: int | None) -> IndexH
     return None if row is None else IndexHead(**row._mapping)
 
 
-async def turns_after(conn: AsyncConnection, *, session_pk: int, after_seq: int) -> list[TurnView]:
-    rows = await conn.execute(UNINDEXED_TURNS, {"sid": session_pk, "after": after_seq})
-    return [turn_view(r) for r in rows]
+async def turns_after_marked(
+    conn: AsyncConnection, *, session_pk: int, after_seq: int
+) -> tuple[list[TurnView], int | None]:
+    """The turns after ``after_seq``, oldest first, and, read in the same statement, the
+    row id of the newest: the indexer checks it with ``turn_still_there`` before it
+    commits what it derived from them (a pop may have removed them meanwhile)."""
+    rows = (await conn.execute(UNINDEXED_TURNS, {"sid": session_pk, "after": after_seq})).all()
+    return [turn_view(r) for r in rows], (rows[-1].id if rows else None)
 
 
 async def set_index_marks(
@@ -507,24 +605,25 @@ async def list_turns(
     ).all()
     more = len(rows) > limit
     rows = rows[:limit]
-    turns = [
-        StoredTurn(
-            id=r.external_id,
-            seq=r.seq,
-            role=r.role,
-            content=r.content,
-            name=r.name,
-            tool_calls=r.tool_calls,
-            tool_call_id=r.tool_call_id,
-            tokens=r.tokens,
-            emphasized=r.emphasized,
-            metadata=r.metadata,
-            created_at=r.created_at,
-            compacted=r.compacted,
-        )
-        for r in rows
-    ]
+    turns = [_stored(r) for r in rows]
     return TurnPage(turns=turns, next_after_seq=turns[-1].seq if more and turns else None)
+
+
+def _stored(r: Any) -> StoredTurn:
+    return StoredTurn(
+        id=r.external_id,
+        seq=r.seq,
+        role=r.role,
+        content=r.content,
+        name=r.name,
+        tool_calls=r.tool_calls,
+        tool_call_id=r.tool_call_id,
+        tokens=r.tokens,
+        emphasized=r.emphasized,
+        metadata=r.metadata,
+        created_at=r.created_at,
+        compacted=r.compacted,
+    )
 
 
 async def delete_session(conn: AsyncConnection, *, tenant: str, session: str) -> None:

@@ -92,6 +92,8 @@ NOT_YET: dict[str, str] = {
     "TURNS_PAGE": SESSION_KEYED,
     "UNINDEXED_TURNS": SESSION_KEYED,
     "UPSERT_STATE": SESSION_KEYED,
+    "NEWEST_TURN": SESSION_KEYED,  # a pop, under the session's lock taken by tenant
+    "NOTICE_BEFORE": SESSION_KEYED,
     "DROP_OPEN_EPISODES": SESSION_KEYED,
     "INDEX_HEAD": SESSION_KEYED,  # the worker's reads: the job carries the tenant
     "PROMOTE_HEAD": SESSION_KEYED,
