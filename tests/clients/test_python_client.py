@@ -144,6 +144,46 @@ def test_a_memory_post_is_not_resent_after_a_lost_answer(server: Server) -> None
         mnemo.create_memory(fresh("u"), "Lives in Porto.")
 
 
+def test_pop_turn_sync_and_async(server: Server) -> None:
+    session = fresh("s")
+    with Client(server.url) as mnemo:
+        posted = mnemo.post_turns(
+            session,
+            "u",
+            [{"role": "user", "content": "Two seats."}, {"role": "user", "content": "Three."}],
+        )
+        popped = mnemo.pop_turn(session)
+        assert popped["turn"]["id"] == posted["turns"][1]["id"] and popped["turn_count"] == 1
+        assert popped["turn"]["content"] == "Three."
+        mnemo.pop_turn(session)
+        with pytest.raises(MnemoError) as empty:
+            mnemo.pop_turn(session)
+        assert empty.value.status == 404
+        assert empty.value.problem["type"].endswith("/no-turns")
+
+
+async def test_async_pop_turn(server: Server) -> None:
+    session = fresh("s")
+    async with AsyncClient(server.url) as mnemo:
+        await mnemo.post_turns(session, "u", [{"role": "user", "content": "Hi.", "id": "m-1"}])
+        assert (await mnemo.pop_turn(session))["turn"]["id"] == "m-1"
+        again = await mnemo.post_turns(
+            session, "u", [{"role": "user", "content": "Hi.", "id": "m-1"}]
+        )
+        assert again["turns"][0]["duplicate"] is False  # popped: stored again
+
+
+def test_a_pop_is_not_resent_after_a_lost_answer(server: Server) -> None:
+    session = fresh("s")
+    with Client(server.url) as mnemo:
+        mnemo.post_turns(session, "u", [{"role": "user", "content": f"{i}"} for i in range(3)])
+    http = httpx.Client(base_url=server.url, transport=Flaky(lose_first_answer=True))
+    with Client(http=http) as mnemo, pytest.raises(httpx.ReadTimeout):
+        mnemo.pop_turn(session)
+    with Client(server.url) as mnemo:
+        assert mnemo.get_session(session)["turn_count"] == 2  # popped once, not twice
+
+
 def schema_fields(spec: dict[str, Any], name: str) -> set[str]:
     return set(spec["components"]["schemas"][name]["properties"])
 
@@ -158,6 +198,7 @@ def schema_fields(spec: dict[str, Any], name: str) -> set[str]:
         (types.State, "StateOut"),
         (types.Turn, "TurnOut"),
         (types.TurnsPage, "TurnsPage"),
+        (types.PoppedTurn, "PoppedTurnOut"),
         (types.Memory, "MemoryPublic"),
         (types.Memories, "MemoriesOut"),
     ],

@@ -39,7 +39,8 @@ class Call:
     path: str
     params: dict[str, Any] = field(default_factory=dict)
     json: Any = None
-    # Safe to resend after a lost answer (a memory post would be confirmed twice).
+    # Safe to resend after a lost answer (a memory post would be confirmed twice, a pop
+    # would pop twice).
     idempotent: bool = True
 
     def request(self, client: httpx.Client | httpx.AsyncClient) -> httpx.Request:
@@ -129,6 +130,11 @@ def list_turns(session_id: str, after_seq: int, limit: int) -> Call:
 
 def delete_session(session_id: str) -> Call:
     return Call("DELETE", f"/v1/sessions/{seg(session_id)}")
+
+
+def pop_turn(session_id: str) -> Call:
+    # Not resent after a lost answer: the resend would pop the turn before it.
+    return Call("DELETE", f"/v1/sessions/{seg(session_id)}/turns/last", idempotent=False)
 
 
 def compact(session_id: str, wait: bool, timeout_s: float | None) -> Call:

@@ -22,6 +22,7 @@ from mnemo_client.types import (
     Memories,
     Memory,
     Message,
+    PoppedTurn,
     Session,
     State,
     TurnsOut,
@@ -96,6 +97,10 @@ class Client:
 
     def delete_session(self, session_id: str) -> None:
         self._run(_core.delete_session(session_id))
+
+    def pop_turn(self, session_id: str) -> PoppedTurn:
+        """Remove the session's newest turn and return it (not resent on a lost answer)."""
+        return cast(PoppedTurn, self._run(_core.pop_turn(session_id)))
 
     def compact(
         self, session_id: str, *, wait: bool = False, timeout_s: float | None = None
@@ -194,6 +199,9 @@ class AsyncClient:
 
     async def delete_session(self, session_id: str) -> None:
         await self._run(_core.delete_session(session_id))
+
+    async def pop_turn(self, session_id: str) -> PoppedTurn:
+        return cast(PoppedTurn, await self._run(_core.pop_turn(session_id)))
 
     async def compact(
         self, session_id: str, *, wait: bool = False, timeout_s: float | None = None

@@ -89,6 +89,13 @@ class Turn(TypedDict):
     compacted: bool
 
 
+class PoppedTurn(TypedDict):
+    session_id: str
+    turn: Turn
+    turn_count: int
+    history_tokens: int
+
+
 class TurnsPage(TypedDict):
     turns: list[Turn]
     next_after_seq: int | None

@@ -18,6 +18,7 @@ export type ContextOut = Schemas["ContextOut"];
 export type SessionOut = Schemas["SessionOut"];
 export type StateOut = Schemas["StateOut"];
 export type TurnsPage = Schemas["TurnsPage"];
+export type PoppedTurnOut = Schemas["PoppedTurnOut"];
 export type MemoryIn = Schemas["MemoryIn"];
 export type MemoryPublic = Schemas["MemoryPublic"];
 export type MemoriesOut = Schemas["MemoriesOut"];
@@ -58,7 +59,8 @@ interface Call {
   path: string;
   query?: Record<string, string | number | boolean | null | undefined>;
   body?: unknown;
-  /** Safe to resend after a lost answer (a memory post would be confirmed twice). */
+  /** Safe to resend after a lost answer (a memory post would be confirmed twice, a pop
+   * would pop twice). */
   idempotent?: boolean;
 }
 
@@ -131,6 +133,13 @@ export class MnemoClient {
 
   deleteSession(sessionId: string): Promise<void> {
     return this.run({ method: "DELETE", path: `/v1/sessions/${seg(sessionId)}` });
+  }
+
+  /** Remove the session's newest turn and return it. Not resent after a lost answer:
+   * the resend would pop the turn before it. */
+  popTurn(sessionId: string): Promise<PoppedTurnOut> {
+    const path = `/v1/sessions/${seg(sessionId)}/turns/last`;
+    return this.run({ method: "DELETE", path, idempotent: false });
   }
 
   compact(

@@ -140,6 +140,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{session_id}/turns/last": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Pop Turn
+         * @description Remove the session's newest turn and return it.
+         *
+         *     Its seq is given back (the next message posted takes it: seqs stay gapless), the
+         *     session's counters and the memory index rows derived from it go with it, and its
+         *     message id is free again (posting it again stores it again). Not idempotent: a
+         *     retry after a lost answer pops the turn before it.
+         */
+        delete: operations["pop_turn"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{session_id}/compact": {
         parameters: {
             query?: never;
@@ -1037,6 +1062,22 @@ export interface components {
             status: "nothing_to_compress";
             /** Job Id */
             job_id: number;
+        };
+        /**
+         * PoppedTurnOut
+         * @description What ``DELETE /v1/sessions/{id}/turns/last`` removed, and the session after it.
+         */
+        PoppedTurnOut: {
+            /** Session Id */
+            session_id: string;
+            turn: components["schemas"]["TurnOut"];
+            /**
+             * Turn Count
+             * @description Turns left; the next posted message takes seq +1.
+             */
+            turn_count: number;
+            /** History Tokens */
+            history_tokens: number;
         };
         /** Problem */
         Problem: {
@@ -2327,6 +2368,160 @@ export interface operations {
                 content: {
                     "application/problem+json": unknown;
                     "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid input: `errors` names each field at fault */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                    /**
+                     * @example {
+                     *       "type": "https://mnemo.dev/problems/validation",
+                     *       "title": "Invalid input",
+                     *       "status": 422,
+                     *       "detail": "invalid field(s): body.messages.0.tool_call_id",
+                     *       "errors": [
+                     *         {
+                     *           "loc": [
+                     *             "body",
+                     *             "messages",
+                     *             0,
+                     *             "tool_call_id"
+                     *           ],
+                     *           "field": "body.messages.0.tool_call_id",
+                     *           "msg": "required for role 'tool'",
+                     *           "type": "missing"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Database unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    pop_turn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Client-chosen session id, 1–128 of [A-Za-z0-9._:@-] */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "session_id": "s-1",
+                     *       "turn": {
+                     *         "id": "m-7",
+                     *         "seq": 7,
+                     *         "role": "user",
+                     *         "content": "Actually, make it Lisbon.",
+                     *         "name": null,
+                     *         "tool_calls": null,
+                     *         "tool_call_id": null,
+                     *         "tokens": 9,
+                     *         "emphasized": false,
+                     *         "metadata": {},
+                     *         "created_at": "2026-01-05T10:00:00Z",
+                     *         "compacted": false
+                     *       },
+                     *       "turn_count": 6,
+                     *       "history_tokens": 412
+                     *     }
+                     */
+                    "application/json": components["schemas"]["PoppedTurnOut"];
+                };
+            };
+            /** @description Missing or invalid API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The key's scope does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unknown session (or another tenant's), or a session with no turn left (type https://mnemo.dev/problems/no-turns) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The newest turn was compacted into the task state and cannot be popped (type https://mnemo.dev/problems/turn-compacted) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Invalid input: `errors` names each field at fault */

@@ -63,6 +63,29 @@ describe("MnemoClient against mnemo serve", () => {
     assert.equal((await mnemo.getSession(session)).turn_count, 3);
   });
 
+  test("pops the newest turn; its id can be posted again", async () => {
+    const session = fresh("s");
+    const messages = withIds([
+      { role: "user", content: "Two tickets to Porto." },
+      { role: "user", content: "No, make it three." },
+    ]);
+    await mnemo.postTurns(session, "u-ts", messages);
+    const popped = await mnemo.popTurn(session);
+    assert.equal(popped.turn.id, messages[1]?.id);
+    assert.equal(popped.turn.seq, 2);
+    assert.equal(popped.turn_count, 1);
+    const again = await mnemo.postTurns(session, "u-ts", messages.slice(1));
+    assert.deepEqual(again.turns.map((t) => [t.seq, t.duplicate]), [[2, false]]);
+    await mnemo.popTurn(session);
+    await mnemo.popTurn(session);
+    await assert.rejects(mnemo.popTurn(session), (error: unknown) => {
+      assert.ok(error instanceof MnemoError);
+      assert.equal(error.status, 404);
+      assert.equal(error.problem.type, "https://mnemo.dev/problems/no-turns");
+      return true;
+    });
+  });
+
   test("remembers, searches and forgets a memory", async () => {
     const user = fresh("u");
     const memory = await mnemo.createMemory(user, "Prefers aisle seats.", { kind: "preference" });
