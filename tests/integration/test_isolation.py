@@ -22,6 +22,7 @@ PROBES: dict[tuple[str, str], tuple[str, int]] = {
     ("GET", "/v1/sessions/{session_id}/state"): ("/v1/sessions/sa/state", 404),
     ("GET", "/v1/sessions/{session_id}/turns"): ("/v1/sessions/sa/turns", 404),
     ("DELETE", "/v1/sessions/{session_id}"): ("/v1/sessions/sa", 404),
+    ("DELETE", "/v1/sessions/{session_id}/turns/last"): ("/v1/sessions/sa/turns/last", 404),
     ("POST", "/v1/sessions/{session_id}/compact"): ("/v1/sessions/sa/compact", 404),
     ("GET", "/v1/sessions/{session_id}/events"): ("/v1/sessions/sa/events", 404),
     ("GET", "/v1/sessions/{session_id}/events/{event_id}"): (

@@ -61,6 +61,7 @@ SESSION_ROUTES = [
     ("GET", "/v1/sessions/s-plan/events/{event}", None),
     ("POST", "/v1/sessions/s-plan/compact", None),
     ("POST", "/v1/sessions/s-plan/misses", {"needed": "the 9 am call"}),
+    ("DELETE", "/v1/sessions/s-plan/turns/last", None),  # a pop
     (
         "POST",
         "/v1/sessions/s-plan/turns",
@@ -145,7 +146,11 @@ async def test_permission_matrix(live: httpx.AsyncClient, engine: AsyncEngine) -
             # Another tenant's post creates a session of its own under that name (and
             # may delete it); it still never reaches the planner's.
             expected = {"POST": 201, "DELETE": 204} if caller == "foreign_tenant" else {}
-            status = 404 if url.endswith(("compact", "misses")) else expected.get(method, 404)
+            status = (
+                404
+                if url.endswith(("compact", "misses", "turns/last"))
+                else expected.get(method, 404)
+            )
             assert r.status_code == status, (caller, method, url, r.text)
             assert "s-plan, never skip" not in r.text
 
