@@ -195,10 +195,14 @@ async def index_session(ctx: JobContext, deps: MemoryDeps) -> None:
 
     async def apply(conn: AsyncConnection) -> None:
         assert newest_pk is not None
-        if not await sessions.turn_still_there(
-            conn, tenant=head.tenant_id, session_pk=head.id, turn_pk=newest_pk
+        if not await sessions.index_read_current(
+            conn,
+            tenant=head.tenant_id,
+            session_pk=head.id,
+            turn_pk=newest_pk,
+            episode_seq=head.episode_seq,
         ):
-            return  # popped since the read (services/pop.py); the pop queued a new run
+            return  # a pop since the read (services/pop.py); it queued a new run
         await repo.drop_open_episodes(conn, session_pk=sid)
         for row, vector in zip(indexed, vectors, strict=False):
             await repo.insert_memory(

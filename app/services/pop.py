@@ -12,7 +12,7 @@ so a pop is ordered with them:
   holds what was extracted from it, and no pop can take that back;
 - a compression that took the turn before the pop fails its commit (the turn is gone,
   ``StaleSnapshot``) and runs again from a fresh snapshot; an index run that read it
-  skips its commit (``turn_still_there``) and the run this pop queues redoes it.
+  skips its commit (``index_read_current``) and the run this pop queues redoes it.
 """
 
 from __future__ import annotations

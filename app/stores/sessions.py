@@ -290,10 +290,12 @@ REMOVE_NEWEST = text("""
     RETURNING s.turn_count, s.history_tokens, s.live_turns, s.episode_seq
 """)
 
-# turn_still_there: lock the session (posts and pops serialise on its row) and tell
-# whether a turn read earlier still exists: a pop may have removed it meanwhile.
-TURN_STILL_THERE = text("""
-    SELECT EXISTS (SELECT 1 FROM turns t WHERE t.id = :turn_pk AND t.session_id = s.id)
+# index_read_current: lock the session (posts and pops serialise on its row) and tell
+# whether what an index run read is still current: the newest turn it read is still
+# there and the indexing mark it started from has not moved (a pop may lower it).
+INDEX_READ_CURRENT = text("""
+    SELECT s.episode_seq = :episode_seq
+           AND EXISTS (SELECT 1 FROM turns t WHERE t.id = :turn_pk AND t.session_id = s.id)
     FROM sessions s WHERE s.id = :sid AND s.tenant_id = :tenant
     FOR UPDATE OF s
 """)
@@ -337,17 +339,13 @@ async def remove_newest(
     return AfterPop(**row._mapping)
 
 
-async def turn_still_there(
-    conn: AsyncConnection, *, tenant: str, session_pk: int, turn_pk: int
+async def index_read_current(
+    conn: AsyncConnection, *, tenant: str, session_pk: int, turn_pk: int, episode_seq: int
 ) -> bool:
-    """Lock the session's row for the rest of the transaction; does ``turn_pk`` exist?"""
-    return bool(
-        (
-            await conn.execute(
-                TURN_STILL_THERE, {"tenant": tenant, "sid": session_pk, "turn_pk": turn_pk}
-            )
-        ).scalar()
-    )
+    """Lock the session's row for the rest of the transaction; is an index run's read
+    (newest turn ``turn_pk``, from mark ``episode_seq``) still current?"""
+    params = {"tenant": tenant, "sid": session_pk, "turn_pk": turn_pk, "episode_seq": episode_seq}
+    return bool((await conn.execute(INDEX_READ_CURRENT, params)).scalar())
 
 
 # ------------------------------------------------------------- memory marks
@@ -424,7 +422,7 @@ async def turns_after_marked(
     conn: AsyncConnection, *, session_pk: int, after_seq: int
 ) -> tuple[list[TurnView], int | None]:
     """The turns after ``after_seq``, oldest first, and, read in the same statement, the
-    row id of the newest: the indexer checks it with ``turn_still_there`` before it
+    row id of the newest: the indexer checks it with ``index_read_current`` before it
     commits what it derived from them (a pop may have removed them meanwhile)."""
     rows = (await conn.execute(UNINDEXED_TURNS, {"sid": session_pk, "after": after_seq})).all()
     return [turn_view(r) for r in rows], (rows[-1].id if rows else None)
