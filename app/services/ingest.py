@@ -63,12 +63,14 @@ def _generated_id() -> str:
 
 
 async def _lock_or_create(
-    conn: AsyncConnection, *, tenant: str, session: str, user: str
+    conn: AsyncConnection, *, tenant: str, session: str, user: str, client_ids: list[str]
 ) -> sessions.Locked:
-    row = await sessions.lock_session(conn, tenant=tenant, session=session)
+    row = await sessions.lock_session(conn, tenant=tenant, session=session, client_ids=client_ids)
     if row is None:
         await sessions.create_session(conn, tenant=tenant, session=session, user=user)
-        row = await sessions.lock_session(conn, tenant=tenant, session=session)
+        row = await sessions.lock_session(
+            conn, tenant=tenant, session=session, client_ids=client_ids
+        )
         assert row is not None  # created, or found created by a racing first post
     if row.user_external != user:
         raise Conflict(
@@ -89,14 +91,15 @@ async def ingest_turns(
     index_delay_s: float = 0.0,
 ) -> Ingested:
     """Store ``turns`` in the caller's transaction and enqueue what they trigger."""
-    row = await _lock_or_create(conn, tenant=tenant, session=session, user=user)
-    sid = row.id
-
     client_ids = [t.client_id for t in turns if t.client_id]
-    known: dict[str, Ack] = {}
-    if client_ids:
-        for k in await sessions.known_turns(conn, session_pk=sid, client_ids=client_ids):
-            known[k.external_id] = Ack(id=k.external_id, seq=k.seq, tokens=k.tokens, duplicate=True)
+    row = await _lock_or_create(
+        conn, tenant=tenant, session=session, user=user, client_ids=client_ids
+    )
+    sid = row.id
+    known = {
+        k.external_id: Ack(id=k.external_id, seq=k.seq, tokens=k.tokens, duplicate=True)
+        for k in row.known
+    }
 
     acks: list[Ack] = []
     new: list[tuple[int, str, PreparedTurn]] = []
@@ -118,7 +121,20 @@ async def ingest_turns(
     trigger = None
     scheduled = False
     if new:
-        bumped = await sessions.append_turns(conn, session_pk=sid, new=new)
+        # Episodes and the embedding /context reuses: a user turn's index job rides on
+        # the append; the worker batches them.
+        index = any(t.role == "user" and t.content for _, _, t in new)
+        bumped = await sessions.append_turns(
+            conn,
+            tenant=tenant,
+            session_pk=sid,
+            new=new,
+            job=sessions.JobWanted(
+                kind=JobKind.INDEX_SESSION, max_attempts=job_max_attempts, delay_s=index_delay_s
+            )
+            if index
+            else None,
+        )
         history_tokens = bumped.history_tokens
         counters = SessionCounters(
             session_pk=sid,
@@ -128,16 +144,6 @@ async def ingest_turns(
             compressions=row.compressions,
         )
         trigger = await policy(conn, counters, [(seq, t) for seq, _, t in new])
-        if any(t.role == "user" and t.content for _, _, t in new):
-            # Episodes and the embedding /context reuses; the worker batches them.
-            await queue.enqueue(
-                conn,
-                tenant_id=tenant,
-                session_id=sid,
-                kind=JobKind.INDEX_SESSION,
-                max_attempts=job_max_attempts,
-                delay_s=index_delay_s,
-            )
         if trigger is not None:
             await queue.enqueue(
                 conn,

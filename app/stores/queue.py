@@ -52,6 +52,28 @@ ENQUEUE = text("""
     SELECT id, pg_notify(:channel, :kind) FROM added
 """)
 
+# enqueue_within: ENQUEUE as a part of a statement of another store, for a job that a
+# write causes (ingest's append carries the index_session job of a user turn): the same
+# row, added only when :job_wanted and unless an equal job already waits. The statement
+# that embeds it as the CTE ``name`` notifies with ``notify_added(name)``.
+ENQUEUE_WITHIN = """
+    INSERT INTO jobs (tenant_id, session_id, kind, payload, max_attempts, run_after,
+                      dedup_key, priority)
+    SELECT CAST(:job_tenant_id AS text), CAST(:job_session_id AS bigint), CAST(:job_kind AS text),
+           CAST(:job_payload AS jsonb), CAST(:job_max_attempts AS integer),
+           now() + make_interval(secs => CAST(:job_delay_s AS double precision)), NULL,
+           CAST(:job_priority AS integer)
+    WHERE CAST(:job_wanted AS boolean)
+    ON CONFLICT DO NOTHING
+    RETURNING id
+"""
+
+
+def notify_added(cte: str) -> str:
+    """A scalar subquery that sends the wake-up for each job the CTE ``cte`` added."""
+    return f"(SELECT count(pg_notify(:job_channel, CAST(:job_kind AS text))) FROM {cte})"
+
+
 # claim: the oldest runnable job — queued and due, or running with an expired lease
 # (its worker died). A job whose session already has a running job of the same kind
 # waits, so one session is never compressed twice at once: a queued job waits even
@@ -183,6 +205,30 @@ async def enqueue(
         )
     ).first()
     return None if row is None else int(row.id)
+
+
+def within_params(
+    *,
+    wanted: bool,
+    tenant_id: str,
+    session_id: int | None,
+    kind: str,
+    max_attempts: int,
+    delay_s: float = 0.0,
+    payload: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Bind parameters of ``ENQUEUE_WITHIN`` (and ``notify_added``)."""
+    return {
+        "job_wanted": wanted,
+        "job_tenant_id": tenant_id,
+        "job_session_id": session_id,
+        "job_kind": str(kind),
+        "job_payload": _traced(payload),
+        "job_max_attempts": max_attempts,
+        "job_delay_s": delay_s,
+        "job_priority": priority_of(kind),
+        "job_channel": CHANNEL,
+    }
 
 
 def _traced(payload: dict[str, Any] | None) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import NotFound
 from app.core.turns import PreparedTurn, TurnView
+from app.stores import queue
 from app.stores.rows import turn_view
 
 # ------------------------------------------------------------------------- users
@@ -57,10 +58,21 @@ async def delete_user(conn: AsyncConnection, *, tenant: str, user: str) -> bool:
 
 # ---------------------------------------------------------------------- append
 
-# lock_session: serialises posts to one session for the rest of the transaction.
+# lock_session: serialises posts to one session for the rest of the transaction, and
+# reads the turns already stored under the post's client ids in the same round trip.
+# That list comes from the statement's snapshot, taken before the lock was granted: if
+# another post committed while this one waited, the locked row is that post's newer
+# version (a new xmin) and its turns are not in the list. ``known_current`` says the
+# snapshot saw the row that was locked (every append rewrites the row); when it did
+# not, ``lock_session`` reads the known turns again.
 LOCK_SESSION = text("""
     SELECT s.id, u.external_id AS user_external, s.turn_count, s.history_tokens,
-           s.live_turns, s.compressions
+           s.live_turns, s.compressions,
+           (SELECT json_agg(json_build_array(t.external_id, t.seq, t.tokens))
+              FROM turns t
+             WHERE t.session_id = s.id
+               AND t.external_id = ANY(CAST(:ids AS text[]))) AS known,
+           s.xmin = (SELECT o.xmin FROM sessions o WHERE o.id = s.id) AS known_current
     FROM sessions s JOIN users u ON u.id = s.user_id
     WHERE s.tenant_id = :tenant AND s.external_id = :session
     FOR UPDATE OF s
@@ -85,8 +97,9 @@ KNOWN_TURNS = text("""
 """)
 
 # append_turns: the whole batch in one statement, and the session's counters with it
-# (turn_count is the seq allocator; history_tokens and live_turns feed the trigger).
-APPEND_TURNS = text("""
+# (turn_count is the seq allocator; history_tokens and live_turns feed the trigger),
+# and the job the batch causes, if any (queue.ENQUEUE_WITHIN: a user turn's index_session).
+APPEND_TURNS = text(f"""
     WITH inserted AS (
         INSERT INTO turns (session_id, seq, external_id, role, content, tool_calls,
                            tool_call_id, name, tokens, emphasized, metadata, created_at)
@@ -100,27 +113,28 @@ APPEND_TURNS = text("""
                     CAST(:metadata AS text[]), CAST(:created_at AS timestamptz[]))
              AS t(seq, external_id, role, content, tool_calls, tool_call_id, name, tokens,
                   emphasized, metadata, created_at)
-        RETURNING 1)
-    UPDATE sessions SET turn_count = turn_count + :n,
-                        live_turns = live_turns + :n,
-                        history_tokens = history_tokens + :added_tokens,
-                        total_tokens = total_tokens + :added_tokens,
-                        updated_at = now()
-    WHERE id = :sid
-    RETURNING turn_count, history_tokens, live_turns
+        RETURNING 1),
+    job AS ({queue.ENQUEUE_WITHIN}),
+    bumped AS (
+        UPDATE sessions SET turn_count = turn_count + :n,
+                            live_turns = live_turns + :n,
+                            history_tokens = history_tokens + :added_tokens,
+                            total_tokens = total_tokens + :added_tokens,
+                            updated_at = now()
+        WHERE id = :sid AND tenant_id = :tenant
+        RETURNING turn_count, history_tokens, live_turns)
+    SELECT turn_count, history_tokens, live_turns, {queue.notify_added("job")} AS jobs_added
+    FROM bumped
 """)
 
 
 @dataclass(frozen=True)
-class Locked:
-    """A session row locked for an append, with its owner and counters."""
+class JobWanted:
+    """The job an append causes: its kind and how it is run (``queue.within_params``)."""
 
-    id: int
-    user_external: str
-    turn_count: int
-    history_tokens: int
-    live_turns: int
-    compressions: int
+    kind: str
+    max_attempts: int
+    delay_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +142,20 @@ class KnownTurn:
     external_id: str
     seq: int
     tokens: int
+
+
+@dataclass(frozen=True)
+class Locked:
+    """A session row locked for an append, with its owner and counters, and the turns
+    already stored under the client ids the post carries."""
+
+    id: int
+    user_external: str
+    turn_count: int
+    history_tokens: int
+    live_turns: int
+    compressions: int
+    known: list[KnownTurn]
 
 
 @dataclass(frozen=True)
@@ -139,9 +167,30 @@ class Counters:
     live_turns: int
 
 
-async def lock_session(conn: AsyncConnection, *, tenant: str, session: str) -> Locked | None:
-    row = (await conn.execute(LOCK_SESSION, {"tenant": tenant, "session": session})).first()
-    return None if row is None else Locked(**row._mapping)
+async def lock_session(
+    conn: AsyncConnection, *, tenant: str, session: str, client_ids: Sequence[str] = ()
+) -> Locked | None:
+    ids = list(client_ids)
+    row = (
+        await conn.execute(LOCK_SESSION, {"tenant": tenant, "session": session, "ids": ids})
+    ).first()
+    if row is None:
+        return None
+    if not ids:
+        known = []
+    elif row.known_current:
+        known = [KnownTurn(external_id=e, seq=q, tokens=n) for e, q, n in row.known or ()]
+    else:  # another post committed while this one waited for the lock
+        known = await known_turns(conn, session_pk=row.id, client_ids=ids)
+    return Locked(
+        id=row.id,
+        user_external=row.user_external,
+        turn_count=row.turn_count,
+        history_tokens=row.history_tokens,
+        live_turns=row.live_turns,
+        compressions=row.compressions,
+        known=known,
+    )
 
 
 async def create_session(conn: AsyncConnection, *, tenant: str, session: str, user: str) -> None:
@@ -156,10 +205,25 @@ async def known_turns(
 
 
 async def append_turns(
-    conn: AsyncConnection, *, session_pk: int, new: Sequence[tuple[int, str, PreparedTurn]]
+    conn: AsyncConnection,
+    *,
+    tenant: str,
+    session_pk: int,
+    new: Sequence[tuple[int, str, PreparedTurn]],
+    job: JobWanted | None = None,
 ) -> Counters:
-    """Insert ``new`` (seq, external id, turn) and bump the session's counters."""
-    row = (await conn.execute(APPEND_TURNS, _columns(session_pk, new))).one()
+    """Insert ``new`` (seq, external id, turn), bump the session's counters and enqueue
+    ``job`` for the session (unless an equal job already waits)."""
+    enqueue = queue.within_params(
+        wanted=job is not None,
+        tenant_id=tenant,
+        session_id=session_pk,
+        kind=job.kind if job else "",
+        max_attempts=job.max_attempts if job else 1,
+        delay_s=job.delay_s if job else 0.0,
+    )
+    params = {**_columns(session_pk, new), **enqueue, "tenant": tenant}
+    row = (await conn.execute(APPEND_TURNS, params)).one()
     return Counters(
         turn_count=row.turn_count, history_tokens=row.history_tokens, live_turns=row.live_turns
     )

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.core.turns import PreparedTurn
+from app.services.ingest import Ingested, ingest_turns
 from tests.conftest import post_turns
 
 BOOKING = [
@@ -157,3 +159,95 @@ async def test_unknown_session_is_404_problem(client: httpx.AsyncClient) -> None
         assert r.status_code == 404, path
         assert r.headers["content-type"].startswith("application/problem+json")
         assert r.json()["status"] == 404
+
+
+# ------------------------------------------------------- round trips and the lock
+
+
+async def _no_trigger(conn: object, counters: object, new: object) -> None:
+    return None
+
+
+def _turn(client_id: str, content: str = "Which gate does the flight leave from?") -> PreparedTurn:
+    return PreparedTurn(
+        client_id=client_id,
+        role="user",
+        content=content,
+        tool_calls=None,
+        tool_call_id=None,
+        name=None,
+        tokens=9,
+        emphasized=False,
+        metadata={},
+        created_at=None,
+    )
+
+
+async def _ingest(conn: AsyncConnection, *turns: PreparedTurn) -> Ingested:
+    return await ingest_turns(
+        conn,
+        tenant="default",
+        session="s-lock",
+        user="u-1",
+        turns=turns,
+        policy=_no_trigger,
+        job_max_attempts=3,
+    )
+
+
+async def test_a_user_turn_is_stored_and_indexed_in_two_statements(engine: AsyncEngine) -> None:
+    """Lock (with the known client ids) and append (with the index job): no more."""
+    async with engine.begin() as conn:
+        await _ingest(conn, _turn("m-1"))
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        async with engine.begin() as conn:
+            out = await _ingest(conn, _turn("m-1"), _turn("m-2", "And the seat?"))
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", seen)
+    assert [(t.id, t.seq, t.duplicate) for t in out.turns] == [("m-1", 1, True), ("m-2", 2, False)]
+    assert len(statements) == 2, statements
+    async with engine.connect() as conn:
+        jobs = (await conn.execute(text("SELECT kind, status FROM jobs ORDER BY id"))).all()
+    assert [tuple(j) for j in jobs] == [("index_session", "queued")]  # one waits, not two
+
+
+async def test_a_retry_that_waited_for_the_lock_sees_the_turn_it_waited_for(
+    engine: AsyncEngine,
+) -> None:
+    """The lock statement's snapshot predates the post it waited for: the turns that
+    post stored are read again, so the retry is a duplicate, not a second insert."""
+    async with engine.begin() as conn:
+        await _ingest(conn, _turn("m-0"))
+    async with engine.connect() as first:
+        await first.begin()
+        await _ingest(first, _turn("m-1"))  # holds the session row until it commits
+
+        async def retry() -> Ingested:
+            async with engine.begin() as conn:
+                return await _ingest(conn, _turn("m-1"))
+
+        waiting = asyncio.create_task(retry())
+        async with engine.connect() as watch:
+            # Autocommit: pg_stat_activity is read once per transaction.
+            await watch.execution_options(isolation_level="AUTOCOMMIT")
+            for _ in range(200):
+                blocked = await watch.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity"
+                        " WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF s%'"
+                    )
+                )
+                if blocked:
+                    break
+                await asyncio.sleep(0.05)
+        assert blocked, "the retry never waited for the lock"
+        await first.commit()
+    out = await waiting
+    assert [(t.id, t.seq, t.duplicate) for t in out.turns] == [("m-1", 2, True)]
+    assert await count_turns(engine) == 2

@@ -68,7 +68,6 @@ NOT_YET: dict[str, str] = {
     "TIMELINE_TURNS": UNREVIEWED,
     "WRITE_SHARED": UNREVIEWED,
     # sessions, turns, task states, compression events: reached by the session's id
-    "APPEND_TURNS": SESSION_KEYED,
     "BUMP_SESSION": SESSION_KEYED,
     "COMPACT_TURNS": SESSION_KEYED,
     "EVENT_BY_JOB": SESSION_KEYED,
