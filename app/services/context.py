@@ -39,6 +39,25 @@ def _message(t: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
+def reachable(rows: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+    """The newest live turns (newest first) that packing can reach within ``max_tokens``.
+
+    ``pack`` walks back from the newest turn group and stops at the first one that does
+    not fit; it skips only orphan tool results, never a group's head (any turn that is
+    not a tool result). So once the heads from the newest one back to a head cost
+    ``max_tokens``, no older group is placed: the turns are cut after that head, its
+    group whole (``pack`` may still place it cut). Turning fewer rows into messages
+    is most of the saving on a long session.
+    """
+    heads = 0
+    for i, r in enumerate(rows):
+        if r["role"] != "tool":
+            heads += r["tokens"]
+            if heads >= max_tokens:
+                return rows[: i + 1]
+    return rows
+
+
 @dataclass(frozen=True)
 class BlockSize:
     kind: str
@@ -123,7 +142,10 @@ async def build_context(
         )
         if more is not None:
             rows.extend(more["turns"])
-    recent = [RecentTurn(message=_message(r), tokens=r["tokens"]) for r in reversed(rows)]
+    recent = [
+        RecentTurn(message=_message(r), tokens=r["tokens"])
+        for r in reversed(reachable(rows, max_tokens))
+    ]
     # Budget: the working window and the task state first (the largest of the
     # renderings stored at compression time that fits beside the window), then
     # memory and older live turns.
