@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import os
 import signal
+import subprocess
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -163,14 +165,13 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
     environment with the database URL this process resolved and their embedded worker
     off; when the embedded worker is on, one ``mnemo worker`` process runs the jobs.
     """
-    import subprocess
-
     import uvicorn
 
     os.environ["MNEMO_DATABASE_URL"] = url
     worker = None
     if settings.embedded_worker:
-        worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"])
+        worker = KeptAlive([sys.executable, "-m", "app.cli", "worker"])
+        worker.start()
     os.environ["MNEMO_EMBEDDED_WORKER"] = "false"
     try:
         uvicorn.run(
@@ -181,13 +182,72 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
         )
     finally:
         if worker is not None:
-            worker.terminate()
-            try:
-                worker.wait(30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            worker.stop()
     return 0
+
+
+class KeptAlive:
+    """A child process started again whenever it exits, until ``stop``: the job worker of
+    ``mnemo serve --workers N`` (uvicorn restarts the API processes itself).
+
+    A watcher thread waits on the child. A child that dies within ``STABLE_S`` of its
+    start is restarted after a delay that doubles up to ``MAX_DELAY_S`` (a worker that
+    cannot start, e.g. a broken configuration, does not spin); one that ran longer is
+    restarted after ``MIN_DELAY_S``.
+    """
+
+    MIN_DELAY_S = 1.0
+    MAX_DELAY_S = 30.0
+    STABLE_S = 60.0
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._watcher = threading.Thread(target=self._watch, name="job-worker", daemon=True)
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.argv)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        delay = self.MIN_DELAY_S
+        while True:
+            assert self.process is not None
+            started = time.monotonic()
+            code = self.process.wait()
+            if self._stopping.is_set():
+                return
+            delay = self.MIN_DELAY_S if time.monotonic() - started > self.STABLE_S else delay
+            print(
+                f"mnemo serve: the job worker exited ({code}); starting it again in {delay:.0f} s",
+                file=sys.stderr,
+            )
+            if self._stopping.wait(delay):
+                return
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                self.process = subprocess.Popen(self.argv)
+                self.restarts += 1
+            delay = min(delay * 2, self.MAX_DELAY_S)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop restarting, then SIGTERM the child (SIGKILL after ``timeout_s``)."""
+        with self._lock:
+            self._stopping.set()
+            process = self.process
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self._watcher.join(5)
 
 
 def api_from_environment() -> FastAPI:
@@ -231,8 +291,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         try:
             if args.once:
-                while await worker.run_once() is not None:
-                    pass
+                await worker.drain(stop)
             else:
                 await worker.run(stop)
         finally:

@@ -95,6 +95,14 @@ class Worker:
             await self._run_job(job)
         return job
 
+    async def drain(self, stop: asyncio.Event) -> int:
+        """Run jobs one by one until none is runnable or ``stop`` is set (between jobs:
+        the one running finishes); `mnemo worker --once`. Returns how many ran."""
+        ran = 0
+        while not stop.is_set() and await self.run_once() is not None:
+            ran += 1
+        return ran
+
     async def _claim_safely(self) -> Job | None:
         try:
             async with self.engine.begin() as conn:

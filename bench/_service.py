@@ -155,13 +155,15 @@ class Service:
             pid = pending.pop()
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
             except OSError:
                 if pid == self.process.pid:
                     return None
                 continue
             total += int(fields[11]) + int(fields[12])
-            pending.extend(int(c) for c in children)
+            # Every thread's children (`serve --workers` restarts its job worker from one).
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                with contextlib.suppress(OSError):
+                    pending.extend(int(c) for c in (task / "children").read_text().split())
         return total / ticks
 
     def rss_mib(self) -> float | None:

@@ -8,6 +8,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -236,15 +237,30 @@ def test_two_api_processes_and_two_workers_share_one_database(db_url: str, tmp_p
 
 def test_serve_workers_runs_api_processes_and_one_job_worker(data_dir: Path) -> None:
     """`mnemo serve --workers 2` on the embedded database: two API processes answer on one
-    port, one `mnemo worker` runs the jobs, and stopping the supervisor stops them all."""
+    port, one `mnemo worker` runs the jobs (started again when it dies), and stopping the
+    supervisor stops them all."""
     server = start_server(data_dir, env=SMALL_WINDOW, args=["--workers", "2"])
     try:
         children = _descendants(server.process.pid)
         commands = [_cmdline(pid) for pid in children]
-        job_workers = [c for c in commands if c[-1:] == ["worker"]]
+        job_workers = [pid for pid in children if _cmdline(pid)[-1:] == ["worker"]]
         api_processes = [c for c in commands if any("spawn_main" in part for part in c)]
         assert len(job_workers) == 1, commands
         assert len(api_processes) == 2, commands
+        # The job worker dies: the supervisor starts another, which runs the jobs below.
+        os.kill(job_workers[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            replaced = [
+                pid
+                for pid in _descendants(server.process.pid)
+                if _cmdline(pid)[-1:] == ["worker"] and pid != job_workers[0] and _alive(pid)
+            ]
+            if replaced:
+                break
+            time.sleep(0.2)
+        assert len(replaced) == 1, "the job worker was not started again"
+        children = _descendants(server.process.pid)
         with httpx.Client(base_url=server.url, timeout=30) as c:
             for b in range(BATCHES):
                 r = c.post("/v1/sessions/w0/turns", json={"user_id": "u", "messages": _batch(0, b)})
@@ -275,10 +291,11 @@ def _descendants(pid: int) -> list[int]:
     out, pending = [], [pid]
     while pending:
         p = pending.pop()
-        try:
-            kids = [int(k) for k in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
-        except OSError:
-            continue
+        # Every thread's children: the supervisor starts a job worker again from a thread.
+        kids = []
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                kids += [int(k) for k in (task / "children").read_text().split()]
         out.extend(kids)
         pending.extend(kids)
     return out

@@ -401,3 +401,22 @@ async def test_a_compression_is_claimed_before_older_background_work(
     async with engine.begin() as conn:
         claimed = [await queue.claim(conn, worker="w", lease_s=30) for _ in range(2)]
     assert [j.id for j in claimed if j is not None] == [second, first]
+
+
+async def test_drain_stops_between_jobs_when_asked(engine: AsyncEngine, settings: Settings) -> None:
+    """`mnemo worker --once` runs jobs until none is left, or until SIGTERM sets ``stop``:
+    the job running then finishes, the rest stay queued for the next worker."""
+    stop = asyncio.Event()
+    ran = 0
+
+    async def tick(ctx: JobContext) -> None:
+        nonlocal ran
+        ran += 1
+        stop.set()  # as the signal handler does, while a job runs
+
+    for _ in range(3):
+        await enqueue(engine, "tick", None)
+    assert await worker(engine, settings, {"tick": tick}).drain(stop) == 1
+    assert ran == 1
+    assert [j["status"] for j in await job_rows(engine)] == ["done", "queued", "queued"]
+    assert await worker(engine, settings, {"tick": tick}).drain(asyncio.Event()) == 2
