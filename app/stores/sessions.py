@@ -63,7 +63,7 @@ async def delete_user(conn: AsyncConnection, *, tenant: str, user: str) -> bool:
 # That list comes from the statement's snapshot, taken before the lock was granted: if
 # another post committed while this one waited, the locked row is that post's newer
 # version (a new xmin) and its turns are not in the list. ``known_current`` says the
-# snapshot saw the row that was locked (every append rewrites the row); when it did
+# snapshot saw the row that was locked (every append and pop rewrites the row); when it did
 # not, ``lock_session`` reads the known turns again.
 LOCK_SESSION = text("""
     SELECT s.id, u.external_id AS user_external, s.turn_count, s.history_tokens,
