@@ -65,11 +65,14 @@ def mmr_by(
     similarity: Callable[[K, K], float],
     lambda_: float = 0.7,
     top_k: int,
+    stop_after: Callable[[K], bool] | None = None,
 ) -> list[K]:
     """Maximal marginal relevance over ``(id, relevance)`` with any ``similarity``.
 
     The same greedy choice as ``mmr``, keeping each candidate's largest similarity
     to the picks so far up to date (one similarity per pair): ``O(n²)``, not ``O(n³)``.
+    ``stop_after(pick)`` returning true ends the choice early (e.g. once the picks
+    fill a budget: each pick is the same as in the full order, only fewer are made).
     """
     remaining = list(candidates)
     redundancy = [0.0] * len(remaining)
@@ -82,6 +85,8 @@ def mmr_by(
         chosen = remaining.pop(best)[0]
         redundancy.pop(best)
         picked.append(chosen)
+        if stop_after is not None and stop_after(chosen):
+            break
         for i, (item, _) in enumerate(remaining):
             redundancy[i] = max(redundancy[i], similarity(item, chosen))
     return picked

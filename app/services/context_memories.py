@@ -68,6 +68,8 @@ DENSITY_FLOOR_TOKENS = 128
 # MMR reorders the best this many turns (cost grows with its square).
 MMR_DEPTH = 40
 MMR_LAMBDA = 0.8
+# MMR orders turns until they hold this many times the budget; the rest only fill gaps.
+MMR_FILL = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,8 +154,6 @@ async def memory_block(
     embedder: Embedder | None,
 ) -> tuple[str, list[MemoryRow]]:
     """The rendered block and the memories in it ('' and [] when there is nothing)."""
-    pinned = await repo.pinned_high_stakes(conn, user_pk=request.user_pk)
-    pinned = [m for m in pinned if not _hidden(m, request)]
     found: list[MemoryRow] = []
     query = request.explicit_query or (request.latest_user[1] if request.latest_user else "")
     if request.top_k and needs_retrieval(query):
@@ -172,9 +172,12 @@ async def memory_block(
             query_vector=vector,
         )
     found = [m for m in found if _visible(m, request)]
+    turns, whole, pinned = await _turns(
+        conn, request, [m for m in found if m.kind == "episode"], query
+    )
+    pinned = [m for m in pinned if not _hidden(m, request)]
     seen = {m.id for m in pinned}
     facts = [m for m in found if m.kind != "episode" and m.id not in seen]
-    turns, whole = await _turns(conn, request, [m for m in found if m.kind == "episode"], query)
     language = detect_language([query, *(t.row.text for t in turns[:5])])
     now = datetime.now(UTC)
     if request.explicit_query is None and turns:
@@ -201,9 +204,10 @@ def _visible(m: MemoryRow, request: MemoryRequest) -> bool:
 
 async def _turns(
     conn: AsyncConnection, request: MemoryRequest, hits: Sequence[MemoryRow], query: str
-) -> tuple[list[_Turn], list[MemoryRow]]:
-    """Episode and turn hits as turns valued by what points at them, in pick order; and
-    the episodes that have no turn rows (indexed before turns were), to show whole.
+) -> tuple[list[_Turn], list[MemoryRow], list[MemoryRow]]:
+    """Episode and turn hits as turns valued by what points at them, in pick order; the
+    episodes that have no turn rows (indexed before turns were), to show whole; and the
+    user's high-stakes memories (read with the turns: one round trip).
 
     A turn's value adds up its signals, as rank fusion does: its own hit (both legs
     fused), and the best of two indirect ones: the episode it is part of (shared by the
@@ -235,7 +239,8 @@ async def _turns(
     missing = sorted((k for k in priority if k not in direct), key=lambda k: -priority[k])
     missing = missing[: max(MIN_CANDIDATES, request.budget_tokens // TOKENS_PER_FETCHED_TURN)]
     by_key = {k: _Turn(t.row, t.value, *k) for k, t in direct.items()}
-    for row in await repo.turn_memories(conn, user_pk=request.user_pk, pairs=missing):
+    rows, pinned = await repo.turns_and_pinned(conn, user_pk=request.user_pk, pairs=missing)
+    for row in rows:
         if row.session_id is None or not _visible(row, request):
             continue
         key = (row.session_id, _seqs(row)[0])
@@ -252,7 +257,8 @@ async def _turns(
         if key in by_key:
             by_key[key].value += value
     ranked = sorted((t for t in by_key.values() if t.value > 0), key=lambda t: -t.density)
-    return _diversify(ranked), _shown_whole(episodes, by_key.keys(), set(missing))
+    whole = _shown_whole(episodes, by_key.keys(), set(missing))
+    return _diversify(ranked, request.budget_tokens), whole, pinned
 
 
 def _shown_whole(
@@ -297,11 +303,20 @@ def _episode_values(
     return out
 
 
-def _diversify(ranked: list[_Turn]) -> list[_Turn]:
-    """MMR over the best turns (relevance = value, redundancy = shared words)."""
+def _diversify(ranked: list[_Turn], budget_tokens: int) -> list[_Turn]:
+    """MMR over the best turns (relevance = value, redundancy = shared words), ordered
+    until the picks hold MMR_FILL times the budget (a pick may not fit when packed);
+    the turns after that keep their order by value, for the gaps."""
     head, tail = ranked[:MMR_DEPTH], ranked[MMR_DEPTH:]
     if len(head) < 3:
         return ranked
+    picked_tokens = 0
+
+    def filled(key: tuple[int, int]) -> bool:
+        nonlocal picked_tokens
+        picked_tokens += index[key].tokens
+        return picked_tokens >= MMR_FILL * budget_tokens
+
     top = max(t.density for t in head) or 1.0
     words = {t.key: frozenset(_content(t.row).lower().split()) for t in head}
 
@@ -310,14 +325,16 @@ def _diversify(ranked: list[_Turn]) -> list[_Turn]:
         shared = len(wa & wb)  # Jaccard without building the union
         return shared / (len(wa) + len(wb) - shared) if wa or wb else 0.0
 
+    index = {t.key: t for t in head}
     order = mmr_by(
         [(t.key, t.density / top) for t in head],
         similarity=similarity,
         lambda_=MMR_LAMBDA,
         top_k=len(head),
+        stop_after=filled,
     )
-    index = {t.key: t for t in head}
-    return [index[k] for k in order] + tail
+    chosen = set(order)
+    return [index[k] for k in order] + [t for t in head if t.key not in chosen] + tail
 
 
 def _day(m: MemoryRow) -> date:

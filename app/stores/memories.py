@@ -293,24 +293,26 @@ LEXICAL = text(f"""
     LIMIT :k
 """)
 
-# turn_memories: the single-turn memories of given (session, seq) pairs of one user,
-# through memories_turn_idx: how an episode hit is shown turn by turn, and how the
-# other half of a question/answer pair is found.
-TURN_MEMORIES = text(f"""
-    SELECT {MEMORY_COLUMNS}
-    FROM unnest(CAST(:sids AS bigint[]), CAST(:seqs AS integer[])) AS w(sid, seq)
-    JOIN memories m ON m.session_id = w.sid AND m.turn_seq = w.seq
-    WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
-""")
-
-# pinned_high_stakes: the high-stakes memories every context shows, the pinned ones
-# (pinned through the API, never expire) first, then promoted ones (they expire).
-PINNED_HIGH_STAKES = text(f"""
-    SELECT {MEMORY_COLUMNS} FROM memories m
-    WHERE m.user_id = :user_pk AND m.superseded_by IS NULL AND m.kind = 'high_stakes'
-      AND (m.expires_at IS NULL OR m.expires_at > now())
-    ORDER BY m.pinned DESC, m.created_at
-    LIMIT 20
+# turns_and_pinned: the single-turn memories of given (session, seq) pairs of one user,
+# through memories_turn_idx (how an episode hit is shown turn by turn, and how the other
+# half of a question/answer pair is found), and the high-stakes memories every context
+# shows, the pinned ones (pinned through the API, never expire) first, then promoted
+# ones (they expire): one round trip for the last two reads of the memory block.
+TURNS_AND_PINNED = text(f"""
+    SELECT * FROM (
+        SELECT {MEMORY_COLUMNS}, false AS high_stakes, 0::bigint AS position
+        FROM unnest(CAST(:sids AS bigint[]), CAST(:seqs AS integer[])) AS w(sid, seq)
+        JOIN memories m ON m.session_id = w.sid AND m.turn_seq = w.seq
+        WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
+        UNION ALL
+        (SELECT {MEMORY_COLUMNS}, true,
+                row_number() OVER (ORDER BY m.pinned DESC, m.created_at, m.id)
+         FROM memories m
+         WHERE m.user_id = :user_pk AND m.superseded_by IS NULL AND m.kind = 'high_stakes'
+           AND (m.expires_at IS NULL OR m.expires_at > now())
+         ORDER BY m.pinned DESC, m.created_at, m.id
+         LIMIT 20)) AS both_reads
+    ORDER BY high_stakes, position
 """)
 
 DELETE_MEMORY = text("DELETE FROM memories WHERE id = :id AND user_id = :user_pk RETURNING id")
@@ -486,21 +488,20 @@ async def lexical_search(
     return [_row(r, float(r.score)) for r in rows]
 
 
-async def turn_memories(
+async def turns_and_pinned(
     conn: AsyncConnection, *, user_pk: int, pairs: list[tuple[int, int]]
-) -> list[MemoryRow]:
-    """The single-turn memories of ``(session pk, seq)`` pairs (those that exist)."""
-    if not pairs:
-        return []
+) -> tuple[list[MemoryRow], list[MemoryRow]]:
+    """The single-turn memories of ``(session pk, seq)`` pairs (those that exist), and
+    the user's high-stakes memories (pinned first)."""
     rows = await conn.execute(
-        TURN_MEMORIES,
+        TURNS_AND_PINNED,
         {"user_pk": user_pk, "sids": [p[0] for p in pairs], "seqs": [p[1] for p in pairs]},
     )
-    return [_row(r) for r in rows]
-
-
-async def pinned_high_stakes(conn: AsyncConnection, *, user_pk: int) -> list[MemoryRow]:
-    return [_row(r) for r in await conn.execute(PINNED_HIGH_STAKES, {"user_pk": user_pk})]
+    turns: list[MemoryRow] = []
+    pinned: list[MemoryRow] = []
+    for r in rows:
+        (pinned if r.high_stakes else turns).append(_row(r))
+    return turns, pinned
 
 
 async def delete_memory(conn: AsyncConnection, *, user_pk: int, memory_id: int) -> bool:

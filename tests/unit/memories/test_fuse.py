@@ -73,3 +73,25 @@ def test_mmr_by_prefers_a_different_item_over_a_near_duplicate() -> None:
     ranked = [("a", 1.0), ("b", 0.95), ("c", 0.7)]
     assert mmr_by(ranked, similarity=similarity, lambda_=0.6, top_k=3) == ["a", "c", "b"]
     assert mmr_by(ranked, similarity=similarity, lambda_=1.0, top_k=2) == ["a", "b"]
+
+
+def test_mmr_by_stops_after_the_pick_that_fills_and_keeps_its_order_up_to_there() -> None:
+    from app.memories.fuse import mmr_by
+
+    words = {"a": {"red", "kayak"}, "b": {"red", "kayak", "boat"}, "c": {"piano"}, "d": {"tea"}}
+
+    def similarity(x: str, y: str) -> float:
+        return len(words[x] & words[y]) / len(words[x] | words[y])
+
+    ranked = [("a", 1.0), ("b", 0.95), ("c", 0.7), ("d", 0.6)]
+    full = mmr_by(ranked, similarity=similarity, lambda_=0.6, top_k=4)
+    tokens = {"a": 30, "b": 30, "c": 50, "d": 10}
+    spent = 0
+
+    def filled(pick: str) -> bool:
+        nonlocal spent
+        spent += tokens[pick]
+        return spent >= 80
+
+    early = mmr_by(ranked, similarity=similarity, lambda_=0.6, top_k=4, stop_after=filled)
+    assert early == full[:2] == ["a", "c"]
