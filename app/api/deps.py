@@ -65,10 +65,11 @@ async def require_admin(principal: Annotated[Principal, Depends(get_principal)])
 async def read_connection(
     engine: Annotated[AsyncEngine, Depends(get_engine)],
 ) -> AsyncIterator[AsyncConnection]:
-    """A connection for reads, in autocommit: no BEGIN before its first statement and no
-    ROLLBACK when it goes back to the pool, two of the round trips of a read request.
-    Each statement is its own snapshot; a read that needs transaction-local settings
-    opens a transaction of its own (``stores.memories.vector_search``)."""
+    """A connection in autocommit, for reads and for a write that is one statement: no
+    BEGIN before its first statement and no COMMIT or ROLLBACK after it, two of the
+    round trips of a request. Each statement is its own snapshot (and transaction); a
+    read that needs transaction-local settings opens a transaction of its own
+    (``stores.memories.vector_search``)."""
     async with engine.connect() as conn:
         await conn.execution_options(isolation_level="AUTOCOMMIT")
         yield conn
@@ -82,6 +83,8 @@ TenantDep = Annotated[str, Depends(get_tenant)]
 AgentDep = Annotated[str | None, Depends(get_agent)]
 AdminDep = Annotated[Principal, Depends(require_admin)]
 ReadConnDep = Annotated[AsyncConnection, Depends(read_connection)]
+# A write that is one statement (adding a memory) needs no transaction around it.
+StatementConnDep = ReadConnDep
 SessionIdPath = Annotated[
     str, Path(pattern=ID_PATTERN, description="Client-chosen session id, 1–128 of [A-Za-z0-9._:@-]")
 ]

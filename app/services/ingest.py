@@ -129,7 +129,7 @@ async def ingest_turns(
             tenant=tenant,
             session_pk=sid,
             new=new,
-            job=sessions.JobWanted(
+            job=queue.JobWanted(
                 kind=JobKind.INDEX_SESSION, max_attempts=job_max_attempts, delay_s=index_delay_s
             )
             if index

@@ -30,8 +30,11 @@ def text_key(text: str) -> str:
     return hashlib.blake2b(normalize(" ".join(text.split())).encode(), digest_size=16).hexdigest()
 
 
+EMBED_JOB_KEY_PREFIX = "embed_memories:"
+
+
 def embed_job_key(user_pk: int) -> str:
-    return f"embed_memories:{user_pk}"
+    return f"{EMBED_JOB_KEY_PREFIX}{user_pk}"
 
 
 @dataclass(frozen=True)
@@ -70,24 +73,18 @@ async def add_memory(
             source=source,
             metadata=metadata,
             terms=terms,
+            embed_job=queue.JobWanted(kind=JobKind.EMBED_MEMORIES, max_attempts=max_attempts),
+            embed_key_prefix=EMBED_JOB_KEY_PREFIX,
         )
 
-    # One round trip for a user already known; a first-seen user is created first.
+    # One statement for a user already known (the memory, its postings and its
+    # embedding job: atomic on its own, so the caller may run it in autocommit);
+    # a first-seen user is created first.
     added = await add()
     if added is None:
         await sessions.ensure_user(conn, tenant=tenant, user=user)
         added = await add()
         assert added is not None
-    if added.created:
-        await queue.enqueue(
-            conn,
-            tenant_id=tenant,
-            session_id=None,
-            kind=JobKind.EMBED_MEMORIES,
-            payload={"user_pk": added.user_pk},
-            max_attempts=max_attempts,
-            dedup_key=embed_job_key(added.user_pk),
-        )
     return Added(added.memory, created=added.created)
 
 

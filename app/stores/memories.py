@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.stores import queue
 from app.stores.engine import driver_connection
 
 EXACT_SCAN_MAX = 5_000
@@ -165,8 +166,17 @@ ADD_MEMORY = text(f"""
                CAST(:terms AS text[])
         FROM u WHERE NOT EXISTS (SELECT 1 FROM existing)
         RETURNING {MEMORY_COLUMNS}, m.user_id, true AS created),
-    p AS ({POSTINGS})
-    SELECT * FROM m UNION ALL SELECT * FROM confirmed
+    p AS ({POSTINGS}),
+    -- a new memory's embedding job, one waiting per user (``dedup_key``)
+    job AS ({
+    queue.enqueue_for(
+        "m",
+        payload="jsonb_build_object('user_pk', m.user_id)",
+        dedup_key="CAST(:job_key_prefix AS text) || m.user_id",
+    )
+})
+    SELECT *, {queue.notify_added("job")} AS jobs_added FROM m
+    UNION ALL SELECT *, 0 FROM confirmed
 """)
 
 # confirm: a restatement refreshes the memory instead of duplicating it.
@@ -409,8 +419,12 @@ async def add_memory(
     source: dict[str, Any],
     metadata: dict[str, Any],
     terms: list[str],
+    embed_job: queue.JobWanted,
+    embed_key_prefix: str,
 ) -> AddedRow | None:
-    """The added (or confirmed) memory; None when the user does not exist yet."""
+    """The added (or confirmed) memory; None when the user does not exist yet. A new
+    memory's ``embed_job`` (deduplicated per user: ``embed_key_prefix`` + the user's
+    id) is enqueued by the same statement."""
     r = (
         await conn.execute(
             ADD_MEMORY,
@@ -426,6 +440,13 @@ async def add_memory(
                 "metadata": metadata,
                 **postings(terms),
                 "terms": terms,
+                **queue.within_params(
+                    tenant_id=tenant,
+                    kind=embed_job.kind,
+                    max_attempts=embed_job.max_attempts,
+                    delay_s=embed_job.delay_s,
+                ),
+                "job_key_prefix": embed_key_prefix,
             },
         )
     ).first()

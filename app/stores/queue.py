@@ -52,21 +52,38 @@ ENQUEUE = text("""
     SELECT id, pg_notify(:channel, :kind) FROM added
 """)
 
-# enqueue_within: ENQUEUE as a part of a statement of another store, for a job that a
-# write causes (ingest's append carries the index_session job of a user turn): the same
-# row, added only when :job_wanted and unless an equal job already waits. The statement
-# that embeds it as the CTE ``name`` notifies with ``notify_added(name)``.
-ENQUEUE_WITHIN = """
+
+@dataclass(frozen=True)
+class JobWanted:
+    """A job a write causes, enqueued by that write's statement (``enqueue_for``): its
+    kind and how it is run."""
+
+    kind: str
+    max_attempts: int
+    delay_s: float = 0.0
+
+
+def enqueue_for(
+    rows: str, *, session_id: str = "NULL", payload: str = "", dedup_key: str = "NULL"
+) -> str:
+    """ENQUEUE as a part of a statement of another store, for a job its write causes:
+    one job per row of ``rows`` (a CTE or subquery of that statement), unless an equal
+    job already waits. The job's session, payload and dedup key are SQL over those rows;
+    the trace context (``within_params``) is merged into the payload. The statement
+    that embeds it as the CTE ``name`` sends the wake-up with ``notify_added(name)``."""
+    base = payload or "'{}'::jsonb"
+    traced = f"{base} || CAST(:job_payload AS jsonb)"
+    return f"""
     INSERT INTO jobs (tenant_id, session_id, kind, payload, max_attempts, run_after,
                       dedup_key, priority)
-    SELECT CAST(:job_tenant_id AS text), CAST(:job_session_id AS bigint), CAST(:job_kind AS text),
-           CAST(:job_payload AS jsonb), CAST(:job_max_attempts AS integer),
-           now() + make_interval(secs => CAST(:job_delay_s AS double precision)), NULL,
-           CAST(:job_priority AS integer)
-    WHERE CAST(:job_wanted AS boolean)
+    SELECT CAST(:job_tenant_id AS text), {session_id}, CAST(:job_kind AS text), {traced},
+           CAST(:job_max_attempts AS integer),
+           now() + make_interval(secs => CAST(:job_delay_s AS double precision)),
+           {dedup_key}, CAST(:job_priority AS integer)
+    FROM {rows}
     ON CONFLICT DO NOTHING
     RETURNING id
-"""
+    """
 
 
 def notify_added(cte: str) -> str:
@@ -209,21 +226,16 @@ async def enqueue(
 
 def within_params(
     *,
-    wanted: bool,
     tenant_id: str,
-    session_id: int | None,
     kind: str,
     max_attempts: int,
     delay_s: float = 0.0,
-    payload: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Bind parameters of ``ENQUEUE_WITHIN`` (and ``notify_added``)."""
+    """Bind parameters of ``enqueue_for`` (and ``notify_added``)."""
     return {
-        "job_wanted": wanted,
         "job_tenant_id": tenant_id,
-        "job_session_id": session_id,
         "job_kind": str(kind),
-        "job_payload": _traced(payload),
+        "job_payload": _traced(None),
         "job_max_attempts": max_attempts,
         "job_delay_s": delay_s,
         "job_priority": priority_of(kind),

@@ -98,7 +98,8 @@ KNOWN_TURNS = text("""
 
 # append_turns: the whole batch in one statement, and the session's counters with it
 # (turn_count is the seq allocator; history_tokens and live_turns feed the trigger),
-# and the job the batch causes, if any (queue.ENQUEUE_WITHIN: a user turn's index_session).
+# and the job the batch causes, if any (a user turn's index_session).
+WANTED = "(SELECT 1 WHERE CAST(:job_wanted AS boolean)) AS wanted"
 APPEND_TURNS = text(f"""
     WITH inserted AS (
         INSERT INTO turns (session_id, seq, external_id, role, content, tool_calls,
@@ -114,7 +115,7 @@ APPEND_TURNS = text(f"""
              AS t(seq, external_id, role, content, tool_calls, tool_call_id, name, tokens,
                   emphasized, metadata, created_at)
         RETURNING 1),
-    job AS ({queue.ENQUEUE_WITHIN}),
+    job AS ({queue.enqueue_for(WANTED, session_id="CAST(:sid AS bigint)")}),
     bumped AS (
         UPDATE sessions SET turn_count = turn_count + :n,
                             live_turns = live_turns + :n,
@@ -126,15 +127,6 @@ APPEND_TURNS = text(f"""
     SELECT turn_count, history_tokens, live_turns, {queue.notify_added("job")} AS jobs_added
     FROM bumped
 """)
-
-
-@dataclass(frozen=True)
-class JobWanted:
-    """The job an append causes: its kind and how it is run (``queue.within_params``)."""
-
-    kind: str
-    max_attempts: int
-    delay_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -210,19 +202,18 @@ async def append_turns(
     tenant: str,
     session_pk: int,
     new: Sequence[tuple[int, str, PreparedTurn]],
-    job: JobWanted | None = None,
+    job: queue.JobWanted | None = None,
 ) -> Counters:
     """Insert ``new`` (seq, external id, turn), bump the session's counters and enqueue
     ``job`` for the session (unless an equal job already waits)."""
     enqueue = queue.within_params(
-        wanted=job is not None,
         tenant_id=tenant,
-        session_id=session_pk,
         kind=job.kind if job else "",
         max_attempts=job.max_attempts if job else 1,
         delay_s=job.delay_s if job else 0.0,
     )
-    params = {**_columns(session_pk, new), **enqueue, "tenant": tenant}
+    params = {**_columns(session_pk, new), **enqueue, "job_wanted": job is not None}
+    params["tenant"] = tenant
     row = (await conn.execute(APPEND_TURNS, params)).one()
     return Counters(
         turn_count=row.turn_count, history_tokens=row.history_tokens, live_turns=row.live_turns

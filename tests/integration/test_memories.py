@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.stores import api_keys as keys
@@ -338,3 +338,38 @@ async def test_a_heavy_user_whose_hnsw_answer_comes_back_short_is_topped_up_exac
         exact = (await conn.execute(memory_repo.VECTOR_EXACT, params)).all()
     assert len(found) == 10
     assert [m.id for m in found] == [r.id for r in exact]
+
+
+async def test_an_add_is_one_statement_with_its_embedding_job(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """For a known user: the memory, its postings and its job in one statement (run in
+    autocommit: no BEGIN/COMMIT); one job waits per user; a restatement adds none."""
+    await remember(client, "u-one", "Prefers aisle seats on long flights")
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE jobs SET status = 'done'"))  # the first add's job ran
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        await remember(client, "u-one", "Allergic to peanuts")
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", seen)
+    assert len(statements) == 1, statements
+    await remember(client, "u-one", "Travels with a cello")
+    restated = await remember(client, "u-one", "allergic to peanuts")
+    assert restated["deduplicated"] is True
+    async with engine.connect() as conn:
+        jobs = (
+            await conn.execute(
+                text(
+                    "SELECT payload->>'user_pk' AS user_pk, dedup_key FROM jobs"
+                    " WHERE kind = 'embed_memories' AND status = 'queued'"
+                )
+            )
+        ).all()
+        user_pk = await conn.scalar(text("SELECT id FROM users WHERE external_id = 'u-one'"))
+    assert [tuple(j) for j in jobs] == [(str(user_pk), f"embed_memories:{user_pk}")]

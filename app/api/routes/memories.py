@@ -13,6 +13,7 @@ from app.api.deps import (
     MemoryIdPath,
     ReadConnDep,
     SettingsDep,
+    StatementConnDep,
     TenantDep,
     UserIdPath,
 )
@@ -51,22 +52,25 @@ def public(row: MemoryRow, *, deduplicated: bool = False) -> MemoryPublic:
 
 @router.post("/{user_id}/memories", status_code=201, response_model=MemoryPublic)
 async def create_memory(
-    user_id: UserIdPath, body: MemoryIn, engine: EngineDep, tenant: TenantDep, settings: SettingsDep
+    user_id: UserIdPath,
+    body: MemoryIn,
+    conn: StatementConnDep,
+    tenant: TenantDep,
+    settings: SettingsDep,
 ) -> JSONResponse:
     """Store a memory. Saying the same thing again confirms it (``deduplicated``)."""
-    async with engine.begin() as conn:
-        added = await add_memory(
-            conn,
-            tenant=tenant,
-            user=user_id,
-            text=one_line(body.text),
-            kind=body.kind,
-            pinned=body.pinned,
-            ttl_days=body.ttl_days or settings.memory_ttl_days,
-            metadata=body.metadata,
-            source={"api": True},
-            max_attempts=settings.job_max_attempts,
-        )
+    added = await add_memory(
+        conn,
+        tenant=tenant,
+        user=user_id,
+        text=one_line(body.text),
+        kind=body.kind,
+        pinned=body.pinned,
+        ttl_days=body.ttl_days or settings.memory_ttl_days,
+        metadata=body.metadata,
+        source={"api": True},
+        max_attempts=settings.job_max_attempts,
+    )
     out = public(added.memory, deduplicated=not added.created)
     return JSONResponse(out.model_dump(mode="json"), status_code=201)
 
