@@ -18,7 +18,8 @@ from app.compression.state import TaskState
 from app.core.tokens import count_message_tokens
 from app.core.turns import TurnView
 from app.services.compression import STATE_SHARE
-from bench.sessions import Language, generate
+from bench.scenarios import Language
+from bench.sessions import generate
 
 TIMING_TOKENS = 16_000
 

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from app.compression.extract.context import Context
+from app.compression.extract.patterns import literal_hint
 from app.compression.state import DecisionUnit, ParameterUnit, RevocationUnit, Unit
 from app.compression.text import clip, normalize
 
@@ -276,14 +277,8 @@ CHANGE_CUE = re.compile(
 )
 
 
-def _literals(words: str) -> re.Pattern[str]:
-    """A literal alternation, searched in lower-cased text before a cue pattern:
-    ``re`` skips ahead on literals, which case-folded ``\b`` alternations defeat."""
-    return re.compile("|".join(re.escape(w) for w in words.split("|")))
-
-
 # Supersets of the cues (tests/unit/compression/test_patterns.py checks it).
-HINT_CHANGE = _literals(
+HINT_CHANGE = literal_hint(
     "went|goes|move|chang|switch|shift|bump|push|updat|adjust|correct|rais|lower|increas"
     "|decreas|extend|reduc|instead|rather|now|actually|new value|flip|swap|replac|trad|exchang"
     "|set|make"
@@ -361,12 +356,12 @@ _ZH_TAKE = re.compile(
 ZH_CUE = re.compile(
     r"改主意|反悔|收回|不要了|算了|不选|更合适|不要[^。！!？?]{1,20}?了|不考虑|作废|撤掉|pass|不算|换成|改成|还是[^。！!？?]{1,20}?吧|为准|直接上"
 )
-HINT_EN_REVERSAL = _literals(
+HINT_EN_REVERSAL = literal_hint(
     "changed my mind|change of plan|instead|take back|reverse what|scratch that|on second thought"
     "|bad idea|doesn't work|doesnt work|skip|drop|scrap|ditch|forget|rather|make it|switch"
     "|go with|pick|wrong about|never mind|nevermind|beats|better than|flip"
 )
-HINT_ZH_REVERSAL = _literals(
+HINT_ZH_REVERSAL = literal_hint(
     "改主意|反悔|收回|不要|算了|不选|更合适|不考虑|作废|撤掉|pass|不算|换成|改成|还是|为准|直接上"
 )
 _ZH_HEADS = (

@@ -416,21 +416,44 @@ TODO_DONE = re.compile(
 
 # ------------------------------------------------------------------- prefilters
 # Cheap literal hints, searched in the lower-cased sentence before the family
-# pattern. A pure literal alternation lets ``re`` skip ahead by first character,
+# pattern. A literal trie lets ``re`` reject a position on its first character,
 # which the family patterns (lookbehinds, \b, lazy prefixes) cannot; most
 # sentences match few families, so this keeps a 16k-token slice well under
 # 100 ms. Each hint must match everything its family can match (a superset).
 
 
-def _hint(words: str) -> re.Pattern[str]:
-    return re.compile("|".join(re.escape(w) for w in words.split("|")))
+_Trie = dict[str, "_Trie"]
 
 
-HINT_EMPHASIS = _hint(
+def literal_hint(words: str) -> re.Pattern[str]:
+    """A pattern that finds any of the ``|``-separated literals, built as a trie.
+
+    A flat alternation of a hundred literals tries every branch at every position;
+    the trie tries one branch per first character, then one per next character. Only
+    whether some literal occurs matters, so a literal that extends a shorter one is
+    dropped (the shorter one already matches).
+    """
+    root: _Trie = {}
+    for word in words.split("|"):
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def branch(node: _Trie) -> str:
+        if "" in node:
+            return ""
+        parts = [re.escape(ch) + branch(child) for ch, child in sorted(node.items())]
+        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    return re.compile(branch(root))
+
+
+HINT_EMPHASIS = literal_hint(
     "important|critical|never|always|must|do not|don't|not|!!|！！|crucial|absolutely|under no"
     "|non-negotiable|千万|务必|切记|一定|重要|严禁|绝对"
 )
-HINT_CONSTRAINT = _hint(
+HINT_CONSTRAINT = literal_hint(
     "必须|务必|千万|一定|不要|不能|不得|禁止|只|切勿|严禁|不许|不准|不可|请勿|绝|始终|永远|确保"
     "|保证|至少|最多|不超过|不少于|不低于|不高于|不晚于|不早于|以内|以下|预算|截止|别|never|don"
     "|do not|always|only|avoid|make sure|ensure|be sure|under no|no more|at most|at least"
@@ -438,7 +461,7 @@ HINT_CONSTRAINT = _hint(
     "|mandatory|no later|exceed|requirement|non-negotiable|without exception|budget|deadline"
     "|limit|can't|cannot|can not|have to|want"
 )
-HINT_HIGH_STAKES = _hint(
+HINT_HIGH_STAKES = literal_hint(
     "过敏|乳糖|乳糜|allerg|anaphyla|celiac|lactose|哮喘|糖尿|高血压|心脏|怀孕|孕期|癫痫|病史"
     "|医嘱|药|处方|胰岛素|血型|残疾|轮椅|asthma|diabet|hypertension|heart condition|epilep"
     "|pregnan|medication|prescri|dosage|insulin|blood type|wheelchair|disabilit|medical|mg|卡号"
@@ -446,60 +469,60 @@ HINT_HIGH_STAKES = _hint(
     "|会员号|常旅客|account|acct|frequent flyer|loyalty|member|护照|身份证|签证|驾照|出生日期"
     "|社保|passport|national id|ssn|social security|driver|date of birth|dob"
 )
-HINT_GOAL = _hint(
+HINT_GOAL = literal_hint(
     "目标|任务|目的|计划有变|改计划|现在改成|goal|objective|task|aim|mission|change of plan"
     "|now want|now need|instead"
 )
-HINT_PREFERENCE = _hint(
+HINT_PREFERENCE = literal_hint(
     "喜欢|偏好|偏爱|倾向|习惯|爱|讨厌|最好|中文|英文|英语|汉语|靠窗|靠过道|prefer|like|love"
     "|enjoy|favo|hate|dislike|rather|if possible|reply|respond|answer|write|talk|speak|aisle"
     "|window"
 )
-HINT_TODO = _hint(
+HINT_TODO = literal_hint(
     "接下来|下一步|之后|稍后|回头|待办|todo|还需要|还得|还要|别忘了|记得|需要先|然后|next|then"
     "|after|later|to-do|to do|remaining|still need|also need|remember|forget|please also|now"
 )
-HINT_PREREQUISITE = _hint(
+HINT_PREREQUISITE = literal_hint(
     "once|after|when|as soon as|require|pending|waiting|blocked|depends|until|without|需要|要"
     "|得|等|缺少|还没有|依赖"
 )
-HINT_DECISION = _hint(
+HINT_DECISION = literal_hint(
     "决定|就用|就选|选定|定了|改用|换用|敲定|就订|就按|最终|代替|而不是|替代|go with|decid"
     "|ll use|lets use|let's use|choose|ll take|chose|settled|opt|switch to|stick with|actually"
     "|instead of|rather than"
 )
-HINT_USER_PENDING = _hint(
+HINT_USER_PENDING = literal_hint(
     "待定|还没定|还没决定|再说|等|waiting|await|tbd|to be |ll check|ll confirm|ll get back"
     "|ll let you know|not sure|not decided|haven|sign-off|signoff|approval"
 )
-HINT_TODO_DONE = _hint(
+HINT_TODO_DONE = literal_hint(
     "完成|搞定|做完|弄好|办好|订好|处理好|done|finished|completed|taken care|sorted"
 )
-HINT_BLOCKER = _hint(
+HINT_BLOCKER = literal_hint(
     "卡在|卡住|受阻|阻塞|无法|没法|没有权限|缺少|缺乏|做不了|不能继续|进行不下去|一直失败|被拒"
     "|blocked|stuck|unable|can't|cannot|couldn|could not|don't have|dont have|do not have"
     "|no access|no permission|permission denied|missing|lack|waiting on"
 )
-HINT_REVOKE = _hint(
+HINT_REVOKE = literal_hint(
     "取消|撤销|撤回|作废|不再|不用|不需要|不必|无需|忽略|不算|不要了|没必要|可以忽略|算了"
     "|当我没说|刚才说的|忘|scratch|never mind|nevermind|forget|ignore|disregard|cancel|drop"
     "|lift|scrap|remove the|you can|fine|ok|alright|no longer|not needed|not required"
     "|not necessary|not a |not an |anymore|any more"
 )
-HINT_MILESTONE = _hint(
+HINT_MILESTONE = literal_hint(
     "上线|封版|发版|发布|交付|提测|验收|交稿|截止|到期|冻结|go live|go-live|goes live|launch"
     "|releas|ship|freeze|deliver|due|deadline|cutoff|cut-off|submission"
 )
-HINT_PARAMETER = _hint(
+HINT_PARAMETER = literal_hint(
     "改|换|调|设|定|变|提高|提升|降|升|增|减|加|恢复|必须是|应该是|应为|用|从|change|set|switch"
     "|update|increase|decrease|raise|lower|bump|reduce|move|adjust|reset|revert|extend|shorten"
     "|cap|limit|should|must be|needs to be|has to be|is now|are now|will be|use|instead|=|:|："
 )
-HINT_OFFER = _hint(
+HINT_OFFER = literal_hint(
     "let me know|happy to|glad to|feel free|hesitate|need anything|anything else|hope th|随时"
     "|有需要|任何需要|如需|如果需要|希望对|希望能|还有什么|还有其他|还有别的|还需要什么|还需要其他"
 )
-HINT_CHITCHAT = _hint(
+HINT_CHITCHAT = literal_hint(
     "weather|how are|how's it|how is it|how was your|what's up|whats up|joke|funny|the best"
     "|did you have|have a|过得"
     "|awesome|sunny|raining|天气|你好吗|最近怎么样|笑话|你真|吃了吗|哈哈"

@@ -166,7 +166,7 @@ def _emit(ctx: Context, units: list[Unit]) -> list[Unit]:
 
 def _user_units(turn: TurnView, raw: list[str], sentences: list[str], ctx: Context) -> list[Unit]:
     units: list[Unit] = []
-    if ctx.answerable and raw:
+    if ctx.answerable and raw and not _puts_off(raw[0]):
         # The raw sentence: "Yes." is exactly the filler that cleaning removes.
         resolutions, pure = _resolutions(raw[0], turn, ctx.answerable)
         units.extend(resolutions)
@@ -217,6 +217,21 @@ def _resolutions(first: str, turn: TurnView, open_refs: list[Ref]) -> tuple[list
         ResolutionUnit(answer=answer, target=ref.key, source_seqs=[turn.seq]) for ref in targets
     ]
     return units, pure and bool(units)
+
+
+def _puts_off(first: str) -> bool:
+    """Whether a reply's first sentence puts the question off rather than answering it.
+
+    "OK, let me ask my manager first", "Wait — I'll check my calendar", "好的，我先问问主管",
+    "等等，我再想想": the leading "OK"/"wait" only acknowledges; nothing is decided. A yes
+    that goes on to ask for something ("Yes, book it once the hotel confirms") answers.
+    """
+    cue = patterns.AFFIRM.match(first) or patterns.NEGATE.match(first)
+    rest = first[cue.end() :].lstrip(" ,，、.。!！—-") if cue is not None else first
+    if not rest or not is_deferral(rest):
+        return False
+    affirmed = cue is not None and patterns.AFFIRM.match(first) is not None
+    return not (affirmed and (patterns.REQUEST.search(rest) or patterns.IMPERATIVE.search(rest)))
 
 
 def _options(question: str) -> list[frozenset[str]]:

@@ -12,8 +12,8 @@ from app.compression.render import render
 from app.compression.state import TaskState
 from app.core.turns import TurnView
 
-# The speaker consults someone before answering: the decision waits on them.
-CONSULTING = [
+# The speaker consults someone before answering, or puts the answer off: it waits on them.
+PUTTING_OFF = [
     "Let me ask my landlord about the second parking spot.",
     "I'll check the venue dates with my co-organiser first.",
     "I need to confirm the headcount with our finance team.",
@@ -27,11 +27,25 @@ CONSULTING = [
     "我得先和合伙人商量商量。",
     "我下周跟物业核实一下车位。",
     "这笔预算我明天请示一下领导。",
+    "我问下我们主任。",
+    # or first looks at their own calendar or budget, or simply puts it off
+    "Let me look at our finances first.",
+    "I have to double-check my schedule.",
+    "I'd like to get my partner's take on it.",
+    "I'll decide over the weekend.",
+    "Remind me tomorrow.",
+    "Maybe another time.",
+    "Give me a day to think it through.",
+    "我先翻一下我的日历。",
+    "容我斟酌斟酌。",
+    "等我消息吧。",
+    "这事开完会再定。",
+    "下周再说吧。",
 ]
 
 # Not a deferral: a request that the agent consult someone, a consultation already
 # done, a question to the agent, an offer to consult asked as a question.
-NOT_CONSULTING = [
+NOT_PUTTING_OFF = [
     "Check the venue dates with the caterer.",
     "Please ask the hotel whether breakfast is included.",
     "Let me ask you about the cancellation policy.",
@@ -45,15 +59,23 @@ NOT_CONSULTING = [
     "我和合伙人商量好了，就签这家。",
     "我要跟你核对一下地址。",
     "要不要我先问问供应商？",
+    "Review the quote and send it by Monday.",
+    "I'll see you at the venue.",
+    "Find out whether the hall has parking.",
+    "I want my deposit back, ok.",
+    "你再说一遍刚才的价格。",
+    "我来想想办法。",
+    "帮我查一下我的行程。",
+    "付款完再告诉我总额。",
 ]
 
 
-@pytest.mark.parametrize("sentence", CONSULTING)
-def test_consulting_someone_first_is_a_deferral(sentence: str) -> None:
+@pytest.mark.parametrize("sentence", PUTTING_OFF)
+def test_consulting_someone_or_putting_it_off_is_a_deferral(sentence: str) -> None:
     assert is_deferral(sentence)
 
 
-@pytest.mark.parametrize("sentence", NOT_CONSULTING)
+@pytest.mark.parametrize("sentence", NOT_PUTTING_OFF)
 def test_asking_the_agent_or_having_consulted_is_not(sentence: str) -> None:
     assert not is_deferral(sentence)
 
@@ -112,8 +134,13 @@ def _open(language: str, *slices: list[tuple[str, str]]) -> bool:
     [
         ("en", "I'll check the dietary list with our HR lead first."),
         ("en", "Let me ask my manager whether the budget allows it."),
+        # a yes/no cue that only acknowledges before putting it off
+        ("en", "OK, let me look at our budget first."),
+        ("en", "Wait, I'll run it past my co-founder."),
         ("zh", "我得先跟行政主管确认一下预算。"),
         ("zh", "屏幕的事我先问问老板。"),
+        ("zh", "好的，我先问问老板。"),
+        ("zh", "等等，容我再想想。"),
     ],
 )
 def test_a_question_put_off_to_consult_someone_stays_pending(language: str, reply: str) -> None:
@@ -130,6 +157,8 @@ def test_a_question_put_off_to_consult_someone_stays_pending(language: str, repl
         ("en", "No, skip the vegan menu."),
         ("zh", "可以，加上吧。"),
         ("zh", "不用了，预算不够。"),
+        # a yes that asks for something once someone confirms is still a yes
+        ("en", "Yes, add it once the caterer confirms the price."),
         # not answered, and moved past: no longer awaited either
         ("en", "What time does the ferry leave?"),
         ("zh", "年会那天会下雨吗？"),
