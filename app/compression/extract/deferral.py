@@ -178,6 +178,28 @@ def is_deferral(sentence: str) -> bool:
     return DEFERRAL.search(sentence) is not None
 
 
+# Words left around a deferral that name nothing ("let me think about it first").
+_FUNCTION_WORDS = frozenset("about first that this then again with later maybe".split())
+_LATIN = re.compile(r"[a-z]{4,}")
+_PARTICLES = frozenset("吧呢啊嗯哦呀嘛了的行好吗")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+_LATIN_CHARS = re.compile(r"[A-Za-z]")
+
+
+def is_bare(sentence: str) -> bool:
+    """A deferral that names nothing of its own: "maybe later", "we'll see", "改天再说吧"
+    (a name of two characters or more is something: "保险我再想想").
+
+    Said in reply to a question it holds that question open; said after a remark it
+    leaves nothing for anyone to await.
+    """
+    if len(_CJK.findall(sentence)) > 8 or len(_LATIN_CHARS.findall(sentence)) > 20:
+        return False  # room for an object inside the phrase ("leave the X open")
+    rest = DEFERRAL.sub(" ", sentence).lower()
+    named = [w for w in _LATIN.findall(rest) if w not in _FUNCTION_WORDS]
+    return not named and len([c for c in _CJK.findall(rest) if c not in _PARTICLES]) <= 1
+
+
 def deferral(sentence: str, seq: int) -> PendingUnit | None:
     """A pending item for a decision the speaker leaves open, or None."""
     if not is_deferral(sentence):

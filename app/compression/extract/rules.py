@@ -27,7 +27,7 @@ from app.compression.extract import patterns
 from app.compression.extract.base import MOVED_ON
 from app.compression.extract.changes import change_units
 from app.compression.extract.context import Context, Ref
-from app.compression.extract.deferral import deferral, is_deferral
+from app.compression.extract.deferral import deferral, is_bare, is_deferral
 from app.compression.extract.entities import find_artifacts
 from app.compression.extract.identifiers import identifier_units
 from app.compression.extract.sentence import (
@@ -166,6 +166,7 @@ def _emit(ctx: Context, units: list[Unit]) -> list[Unit]:
 
 def _user_units(turn: TurnView, raw: list[str], sentences: list[str], ctx: Context) -> list[Unit]:
     units: list[Unit] = []
+    asked = bool(ctx.answerable)
     if ctx.answerable and raw and not _puts_off(raw[0]):
         # The raw sentence: "Yes." is exactly the filler that cleaning removes.
         resolutions, pure = _resolutions(raw[0], turn, ctx.answerable)
@@ -181,6 +182,9 @@ def _user_units(turn: TurnView, raw: list[str], sentences: list[str], ctx: Conte
         # A deferral the sentence splitter cut in two ("…what Dr. Ng thinks…").
         whole = deferral(clip(content, 600), turn.seq) if len(sentences) > 1 else None
         found += [whole] if whole is not None else []
+    if not asked:
+        # "OK, maybe later" after a remark: nothing was asked, nothing is named.
+        found = [u for u in found if not (isinstance(u, PendingUnit) and _bare_deferral(u.text))]
     # Identifiers the user states, unless a pinned fact already holds them whole.
     pinned = " ".join(u.text for u in found if isinstance(u, HighStakesUnit))
     for sentence in raw:
@@ -217,6 +221,10 @@ def _resolutions(first: str, turn: TurnView, open_refs: list[Ref]) -> tuple[list
         ResolutionUnit(answer=answer, target=ref.key, source_seqs=[turn.seq]) for ref in targets
     ]
     return units, pure and bool(units)
+
+
+def _bare_deferral(text: str) -> bool:
+    return is_deferral(text) and is_bare(text)
 
 
 def _puts_off(first: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.compression.extract.deferral import is_deferral
+from app.compression.extract.deferral import is_bare, is_deferral
 from app.compression.extract.rules import extract_units
 from app.compression.merge import merge
 from app.compression.render import render
@@ -140,6 +140,9 @@ def _open(language: str, *slices: list[tuple[str, str]]) -> bool:
         ("zh", "我得先跟行政主管确认一下预算。"),
         ("zh", "屏幕的事我先问问老板。"),
         ("zh", "好的，我先问问老板。"),
+        # a bare put-off holds the question too
+        ("en", "Maybe later."),
+        ("zh", "嗯，改天再说吧。"),
         ("zh", "等等，容我再想想。"),
     ],
 )
@@ -148,6 +151,38 @@ def test_a_question_put_off_to_consult_someone_stays_pending(language: str, repl
     asked = [*goal, ("assistant", ask), ("user", reply)]
     assert _open(language, asked + move_on)
     assert _open(language, asked, move_on)  # the moving on in the next compression
+
+
+@pytest.mark.parametrize(
+    ("sentence", "bare"),
+    [
+        ("Maybe later.", True),
+        ("Let me think about it.", True),
+        ("Let me think about the parking permit.", False),
+        ("Could we leave the welcome drinks undecided for now?", False),
+        ("嗯，改天再说吧。", True),
+        ("停车证我再想想。", False),
+    ],
+)
+def test_a_bare_put_off_names_nothing(sentence: str, bare: bool) -> None:
+    assert is_deferral(sentence) and is_bare(sentence) is bare
+
+
+@pytest.mark.parametrize(
+    ("language", "remark", "reply"),
+    [
+        ("en", "The harbour museum has a rooftop café.", "OK, maybe later."),
+        ("en", "That plugin has 40k installs.", "We'll see."),
+        ("zh", "这家插画店的周边挺受欢迎的。", "嗯，改天再说吧。"),
+        ("zh", "这个插件评分四点五。", "好，等我消息吧。"),
+    ],
+)
+def test_a_bare_put_off_with_nothing_asked_is_not_pending(
+    language: str, remark: str, reply: str
+) -> None:
+    """Nothing was asked and the put-off names nothing: nobody awaits anything."""
+    state = _state([*_SCRIPT[language][0], ("assistant", remark), ("user", reply)])
+    assert not state.open_pending()
 
 
 @pytest.mark.parametrize(
