@@ -178,26 +178,32 @@ def is_deferral(sentence: str) -> bool:
     return DEFERRAL.search(sentence) is not None
 
 
-# Words left around a deferral that name nothing ("let me think about it first").
-_FUNCTION_WORDS = frozenset("about first that this then again with later maybe".split())
+# The words of putting something off, and nothing else: what a sentence has beyond
+# them names the thing put off ("park the monitor", "等老王点头").
+_PUT_OFF_WORDS = frozenset(
+    "maybe perhaps later another time next wait think about that this hold thought remind"
+    " tomorrow tonight again give minute moment second decide sure okay well week weekend"
+    " back over first then with through know circle rather".split()
+)
 _LATIN = re.compile(r"[a-z]{4,}")
-_PARTICLES = frozenset("吧呢啊嗯哦呀嘛了的行好吗")
+_ZH_PUT_OFF_WORDS = re.compile(
+    "以后|改天|回头|下次|明天|后天|下周|晚点|过两天|过几天|到时候|稍后|之后|再说|等我|消息|通知|看看|想想"
+    "|想一想|想一下|考虑|斟酌|琢磨|一下|等等|稍等|这样|[先再我吧呢啊嗯哦呀嘛了的行好吗]"
+)
 _CJK = re.compile(r"[\u4e00-\u9fff]")
-_LATIN_CHARS = re.compile(r"[A-Za-z]")
 
 
 def is_bare(sentence: str) -> bool:
-    """A deferral that names nothing of its own: "maybe later", "we'll see", "改天再说吧"
-    (a name of two characters or more is something: "保险我再想想").
+    """A deferral that names nothing of its own: "maybe later", "we'll see", "改天再说吧".
 
     Said in reply to a question it holds that question open; said after a remark it
-    leaves nothing for anyone to await.
+    leaves nothing for anyone to await. "Park the monitor for now" and "这个我再想想"
+    name something.
     """
-    if len(_CJK.findall(sentence)) > 8 or len(_LATIN_CHARS.findall(sentence)) > 20:
-        return False  # room for an object inside the phrase ("leave the X open")
-    rest = DEFERRAL.sub(" ", sentence).lower()
-    named = [w for w in _LATIN.findall(rest) if w not in _FUNCTION_WORDS]
-    return not named and len([c for c in _CJK.findall(rest) if c not in _PARTICLES]) <= 1
+    text = sentence.lower()
+    if any(w not in _PUT_OFF_WORDS for w in _LATIN.findall(text)):
+        return False
+    return len(_CJK.findall(_ZH_PUT_OFF_WORDS.sub("", text))) <= 1
 
 
 def deferral(sentence: str, seq: int) -> PendingUnit | None:

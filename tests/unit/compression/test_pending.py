@@ -162,6 +162,9 @@ def test_a_question_put_off_to_consult_someone_stays_pending(language: str, repl
         ("Could we leave the welcome drinks undecided for now?", False),
         ("嗯，改天再说吧。", True),
         ("停车证我再想想。", False),
+        ("Park the spare printer for now.", False),
+        ("等老周点头再说。", False),
+        ("我再看看。", True),
     ],
 )
 def test_a_bare_put_off_names_nothing(sentence: str, bare: bool) -> None:
