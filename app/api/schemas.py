@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -13,20 +13,46 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    GetJsonSchemaHandler,
     ModelWrapValidatorHandler,
     PlainSerializer,
     PrivateAttr,
+    StrictBool,
     StringConstraints,
     Tag,
     TypeAdapter,
     WithJsonSchema,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
+from typing_extensions import TypeAliasType
 
 from app.compression.triggers import TriggerReason
 from app.core.limits import JSON_DEPTH, MAX_METADATA_BYTES, MAX_TOOL_CALLS, NAME_CHARS
 
 ID_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
+# ``storable``'s rule as JSON Schema states it, so a generated client or fuzzer knows a
+# schema-valid string is stored: no U+0000 (Postgres text and jsonb cannot hold it).
+# Unpaired surrogates are refused too, but JSON Schema cannot say so.
+NUL_FREE = r"^[^\u0000]*$"
+
+
+class NulFree:
+    """Marker: the string (or, on an object, each key) matches ``NUL_FREE`` in the schema."""
+
+    def __init__(self, *, keys: bool = False) -> None:
+        self.keys = keys
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        schema = handler(core_schema)
+        if self.keys:
+            schema["propertyNames"] = {"pattern": NUL_FREE}
+        else:
+            schema["pattern"] = NUL_FREE
+        return schema
 
 
 def storable(value: str) -> str:
@@ -71,12 +97,43 @@ def bounded_metadata(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-Text = Annotated[str, AfterValidator(storable)]
+def as_posted(value: Any) -> Any:
+    return value
+
+
+NulFreeStr = Annotated[str, NulFree()]  # the schema only; ``storable`` validates
+Text = Annotated[str, AfterValidator(storable), NulFree()]
+# What the schema promises a JSON value inside ``metadata`` may be: any JSON whose
+# strings and keys are NUL-free. Validation stays ``storable_tree`` (iterative, depth
+# bounded); these types only document it (mypy cannot follow the recursion: Any to it).
+# Arrays reach back to the recursion through an object only: TypeScript refuses an
+# array of its own alias (openapi-typescript writes one as `X[]`), so arrays nested
+# directly in arrays are described ARRAY_NESTING deep, and anything below that is not.
+ARRAY_NESTING = 4
+if TYPE_CHECKING:
+    JsonValue = Any
+else:
+    JsonMap = TypeAliasType("JsonMap", Annotated[dict[str, "JsonValue"], NulFree(keys=True)])
+
+    def _json_array(depth: int) -> Any:
+        inner = _json_array(depth - 1) if depth > 1 else list[Any]
+        return list[NulFreeStr | int | float | bool | JsonMap | inner | None]
+
+    JsonValue = TypeAliasType(
+        "JsonValue",
+        NulFreeStr | int | float | bool | _json_array(ARRAY_NESTING) | JsonMap | None,
+    )
 JsonObject = Annotated[
-    dict[str, Any], AfterValidator(storable_tree), AfterValidator(bounded_metadata)
+    dict[str, Any],
+    BeforeValidator(
+        as_posted,
+        json_schema_input_type=Annotated[dict[str, JsonValue], NulFree(keys=True)],
+    ),
+    AfterValidator(storable_tree),
+    AfterValidator(bounded_metadata),
 ]
 ExternalId = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
-QueryText = Annotated[str, StringConstraints(max_length=4000), AfterValidator(storable)]
+QueryText = Annotated[Text, StringConstraints(max_length=4000)]
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -93,8 +150,9 @@ class FunctionCall(BaseModel):
     name: Name
     arguments: Text = Field(
         description=(
-            "JSON-encoded arguments, as the OpenAI API sends them: at most "
-            "`MNEMO_MAX_CONTENT_CHARS` characters (413) and 64 levels deep (422)."
+            "The arguments as the model wrote them, normally JSON: at most "
+            "`MNEMO_MAX_CONTENT_CHARS` characters (413). Text that is not JSON (models "
+            "sometimes produce it) is stored and given back verbatim."
         )
     )
 
@@ -226,12 +284,74 @@ def developer_is_system(value: Any) -> Any:
 
 Content = Annotated[
     Text | None,
-    BeforeValidator(content_text, json_schema_input_type=str | list[ContentPart] | None),
+    BeforeValidator(content_text, json_schema_input_type=NulFreeStr | list[ContentPart] | None),
 ]
 # An item's content or output: never null (an item's null fields count as absent).
 ItemContent = Annotated[
-    Text, BeforeValidator(content_text, json_schema_input_type=str | list[ContentPart])
+    Text, BeforeValidator(content_text, json_schema_input_type=NulFreeStr | list[ContentPart])
 ]
+
+
+def _role_is(*roles: str) -> dict[str, Any]:
+    return {"properties": {"role": {"enum": list(roles)}}, "required": ["role"]}
+
+
+def _holds(field: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"properties": {field: schema}, "required": [field]}
+
+
+def _lacks(field: str) -> dict[str, Any]:
+    return {"properties": {field: {"type": "null"}}}  # null or absent
+
+
+_NOT_TOOL = ("system", "developer", "user", "assistant")
+_NOT_ASSISTANT = ("system", "developer", "user", "tool")
+
+# ``api/validate.py``'s rules for one message, as JSON Schema states them, so that a
+# message the schema allows is one Mnemo stores (clients and fuzzers can see them).
+# Each is a plain ``anyOf``: generators handle ``if`` and ``not`` loosely.
+MESSAGE_RULES: list[dict[str, Any]] = [
+    # A tool message answers a call, by its id; no other message carries one.
+    {
+        "anyOf": [
+            {"allOf": [_role_is("tool"), _holds("tool_call_id", {"type": "string"})]},
+            {"allOf": [_role_is(*_NOT_TOOL), _lacks("tool_call_id")]},
+        ]
+    },
+    # Only an assistant message makes tool calls.
+    {
+        "anyOf": [
+            _role_is("assistant"),
+            {"allOf": [_role_is(*_NOT_ASSISTANT), _lacks("tool_calls")]},
+        ]
+    },
+    # Content is null (or absent) only where something stands in for it: a refusal, an
+    # audio transcript, or an assistant message's tool calls.
+    {
+        "anyOf": [
+            _holds("content", {"type": ["string", "array"]}),
+            _holds("refusal", {"type": "string"}),
+            _holds(
+                "audio",
+                {"type": "object", **_holds("transcript", {"type": "string", "pattern": NUL_FREE})},
+            ),
+            {
+                "properties": {
+                    "role": {"const": "assistant"},
+                    "tool_calls": {"type": "array", "minItems": 1},
+                },
+                "required": ["role", "tool_calls"],
+            },
+        ]
+    },
+]
+
+
+def date_time_text(value: Any) -> Any:
+    """A time as posted must be RFC 3339 text: a number is not read as a Unix time."""
+    if value is not None and not isinstance(value, str | datetime):
+        raise ValueError("an RFC 3339 date-time string")
+    return value
 
 
 class MessageIn(BaseModel):
@@ -244,7 +364,7 @@ class MessageIn(BaseModel):
     transcript standing in for null content.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": MESSAGE_RULES})
 
     role: Annotated[
         Role,
@@ -255,8 +375,8 @@ class MessageIn(BaseModel):
     name: Annotated[Text, StringConstraints(max_length=NAME_CHARS)] | None = None
     tool_calls: list[ToolCall] | None = Field(default=None, max_length=MAX_TOOL_CALLS)
     tool_call_id: Name | None = None
-    emphasized: bool = False
-    created_at: datetime | None = None
+    emphasized: StrictBool = False
+    created_at: Annotated[datetime | None, BeforeValidator(date_time_text)] = None
     metadata: JsonObject = Field(default_factory=dict)
     refusal: Text | None = Field(default=None, description="Response-only; content if null.")
     annotations: list[Any] | None = Field(default=None, description="Response-only; ignored.")
@@ -294,23 +414,12 @@ class ResponsesMessage(BaseModel):
     phase: Name | None = None  # response-only
 
 
-def json_text(value: str) -> str:
-    """A JSON document as text (a function call's arguments), checked where it was posted."""
-    try:
-        json.loads(value)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    except ValueError as exc:
-        raise ValueError(f"not valid JSON: {exc}") from None
-    return value
-
-
 class FunctionCallItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["function_call"]
     call_id: Name
     name: Name
-    arguments: Annotated[Text, AfterValidator(json_text)]
+    arguments: Text  # as in a chat tool call: stored verbatim, JSON or not
     id: ExternalId | None = None
     status: Name | None = None  # response-only
     namespace: Name | None = None
@@ -523,7 +632,7 @@ class MemoryIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: Annotated[Text, StringConstraints(min_length=1, max_length=4000)]
     kind: MemoryKind = "fact"
-    pinned: bool = Field(default=False, description="Pinned memories never expire.")
+    pinned: StrictBool = Field(default=False, description="Pinned memories never expire.")
     ttl_days: int | None = Field(
         default=None, ge=1, le=36500, description="Days until expiry; default from settings."
     )

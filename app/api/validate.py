@@ -8,11 +8,10 @@ ran into.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from app.api.schemas import MessageIn, storable_tree
+from app.api.schemas import MessageIn
 from app.core.errors import FieldError, InvalidInput, PayloadTooLarge
 
 
@@ -77,22 +76,4 @@ def _message_errors(i: int, m: MessageIn) -> list[FieldError]:
                 (*at, "content"), "null only for an assistant message with tool_calls", "missing"
             )
         )
-    for j, call in enumerate(m.tool_calls or ()):
-        problem = _arguments_problem(call.function.arguments)
-        if problem is not None:
-            msg, kind = problem
-            errors.append(FieldError((*at, "tool_calls", j, "function", "arguments"), msg, kind))
     return errors
-
-
-def _arguments_problem(arguments: str) -> tuple[str, str] | None:
-    """Why ``arguments`` is not acceptable JSON (message, error type), or None."""
-    try:
-        storable_tree(json.loads(arguments))
-    except RecursionError:
-        return "nested too deeply", "too_deep"
-    except ValueError as exc:  # JSONDecodeError, or storable_tree's depth / NUL refusal
-        if isinstance(exc, json.JSONDecodeError):
-            return f"not valid JSON: {exc}", "json_invalid"
-        return str(exc), "value_error"
-    return None

@@ -38,7 +38,7 @@ def pretty(value: Any) -> str:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # arguments are stored verbatim, JSON or not
             return str(value)
     return json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True, default=str)
 

@@ -63,7 +63,7 @@ def _fuzz_server(
         @given(case=operation.as_strategy())
         def run(case: schemathesis.Case) -> None:
             # Mnemo checks more than the schema can say (a tool message needs its
-            # call id, arguments must be JSON): schema-valid input may be a 4xx.
+            # call id): schema-valid input may be a 4xx.
             case.call_and_validate(
                 base_url=server.url,
                 headers=auth,

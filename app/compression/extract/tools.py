@@ -112,7 +112,11 @@ class Outcome:
 
 
 def parse_arguments(raw: Any) -> dict[str, Any]:
-    """Tool arguments as a dict; unparseable JSON is kept (clipped) under ``_raw``."""
+    """Tool arguments as a dict; text that is not JSON is kept (clipped) under ``_raw``.
+
+    Ingest stores arguments verbatim, JSON or not (models sometimes write invalid JSON,
+    and refusing the message would lose the turn), so anything may arrive here.
+    """
     if isinstance(raw, dict):
         return raw
     if raw is None or raw == "":
@@ -120,7 +124,7 @@ def parse_arguments(raw: Any) -> dict[str, Any]:
     if isinstance(raw, str):
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the stack
             return {"_raw": clip(raw, 200)}
         return value if isinstance(value, dict) else {"_value": value}
     return {"_value": raw}

@@ -153,7 +153,7 @@ export class MnemoClient {
   createMemory(
     userId: string,
     text: string,
-    options: { kind?: MemoryKind; pinned?: boolean; metadata?: Record<string, unknown> } = {},
+    options: { kind?: MemoryKind; pinned?: boolean; metadata?: MemoryIn["metadata"] } = {},
   ): Promise<MemoryPublic> {
     const body: MemoryIn = { text, ...options };
     const path = `/v1/users/${seg(userId)}/memories`;

@@ -794,7 +794,7 @@ export interface components {
             name: string;
             /**
              * Arguments
-             * @description JSON-encoded arguments, as the OpenAI API sends them: at most `MNEMO_MAX_CONTENT_CHARS` characters (413) and 64 levels deep (422).
+             * @description The arguments as the model wrote them, normally JSON: at most `MNEMO_MAX_CONTENT_CHARS` characters (413). Text that is not JSON (models sometimes produce it) is stored and given back verbatim.
              */
             arguments: string;
         };
@@ -891,6 +891,10 @@ export interface components {
             /** Detail */
             detail?: string | null;
         };
+        JsonMap: {
+            [key: string]: components["schemas"]["JsonValue"];
+        };
+        JsonValue: string | number | boolean | (string | number | boolean | components["schemas"]["JsonMap"] | (string | number | boolean | components["schemas"]["JsonMap"] | (string | number | boolean | components["schemas"]["JsonMap"] | (string | number | boolean | components["schemas"]["JsonMap"] | unknown[] | null)[] | null)[] | null)[] | null)[] | components["schemas"]["JsonMap"] | null;
         /** MemoriesOut */
         MemoriesOut: {
             /** Memories */
@@ -919,7 +923,7 @@ export interface components {
             ttl_days?: number | null;
             /** Metadata */
             metadata?: {
-                [key: string]: unknown;
+                [key: string]: components["schemas"]["JsonValue"];
             };
         };
         /** MemoryPublic */
@@ -998,7 +1002,7 @@ export interface components {
             created_at?: string | null;
             /** Metadata */
             metadata?: {
-                [key: string]: unknown;
+                [key: string]: components["schemas"]["JsonValue"];
             };
             /**
              * Refusal
@@ -1022,7 +1026,37 @@ export interface components {
              * @description Deprecated function calling: only null (use tool_calls).
              */
             function_call?: null;
-        };
+        } & ((({
+            /** @enum {unknown} */
+            role: "tool";
+        } & {
+            tool_call_id: string;
+        }) | ({
+            /** @enum {unknown} */
+            role: "system" | "developer" | "user" | "assistant";
+        } & {
+            tool_call_id?: null;
+        })) & ({
+            /** @enum {unknown} */
+            role: "assistant";
+        } | ({
+            /** @enum {unknown} */
+            role: "system" | "developer" | "user" | "tool";
+        } & {
+            tool_calls?: null;
+        })) & ({
+            content: string | unknown[];
+        } | {
+            refusal: string;
+        } | {
+            audio: {
+                transcript: string;
+            };
+        } | {
+            /** @constant */
+            role: "assistant";
+            tool_calls: unknown[];
+        }));
         /** MissIn */
         MissIn: {
             /**
