@@ -310,7 +310,7 @@ _NOT_ASSISTANT = ("system", "developer", "user", "tool")
 # ``api/validate.py``'s rules for one message, as JSON Schema states them, so that a
 # message the schema allows is one Mnemo stores (clients and fuzzers can see them).
 # Each is a plain ``anyOf``: generators handle ``if`` and ``not`` loosely.
-MESSAGE_RULES: list[dict[str, Any]] = [
+MESSAGE_RULES: list[Any] = [  # JSON values, as pydantic types json_schema_extra
     # A tool message answers a call, by its id; no other message carries one.
     {
         "anyOf": [
