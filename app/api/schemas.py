@@ -482,8 +482,14 @@ def posted_positions(value: list[Any]) -> list[int]:
     return [i for i in range(len(value)) if not _joins_previous(value, i)]
 
 
+# The OpenAI Agents SDK gives every item it builds from a Chat Completions answer this id;
+# as a message id it would make each such item after the first look like a resend.
+AGENTS_SDK_PLACEHOLDER_ID = "__fake_id__"
+
+
 def _as_chat(item: ResponsesMessage | FunctionCallItem | FunctionCallOutputItem) -> dict[str, Any]:
-    ident = {"id": item.id} if item.id else {}
+    known = item.id and item.id != AGENTS_SDK_PLACEHOLDER_ID
+    ident = {"id": item.id} if known else {}
     match item:
         case ResponsesMessage():
             return {"role": item.role, "content": item.content, **ident}

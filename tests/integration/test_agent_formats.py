@@ -148,6 +148,35 @@ async def test_parallel_function_calls_become_one_assistant_message(
     assert [t["duplicate"] for t in again.json()["turns"]] == [False, True, False, False]
 
 
+async def test_the_agents_sdk_placeholder_id_is_not_a_message_id(
+    client: httpx.AsyncClient,
+) -> None:
+    """Items the Agents SDK converts from Chat Completions all carry one placeholder id."""
+    placeholder = "__fake_id__"
+    calls = [
+        ResponseFunctionToolCall(
+            type="function_call", id=placeholder, call_id="call_a", name="lookup", arguments="{}"
+        ).model_dump(),
+        {"type": "function_call_output", "call_id": "call_a", "output": "ok", "id": placeholder},
+    ]
+    answer = ResponseOutputMessage(
+        id=placeholder,
+        type="message",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputText(type="output_text", text="Done.", annotations=[])],
+    ).model_dump()
+    r = await post_turns(client, "s-fake", [*calls, answer])
+    assert r.status_code == 201, r.text
+    acks = r.json()["turns"]
+    assert [t["duplicate"] for t in acks] == [False, False, False]
+    assert placeholder not in {t["id"] for t in acks}
+    again = await post_turns(client, "s-fake", [answer])  # a new answer, not a resend
+    assert again.json()["turns"][0]["duplicate"] is False
+    turns = (await client.get("/v1/sessions/s-fake/turns")).json()["turns"]
+    assert [t["role"] for t in turns] == ["assistant", "tool", "assistant", "assistant"]
+
+
 async def test_other_parts_are_typed_placeholders_and_inline_data_is_not_kept(
     client: httpx.AsyncClient,
 ) -> None:
