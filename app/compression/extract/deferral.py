@@ -179,7 +179,7 @@ def is_deferral(sentence: str) -> bool:
 
 
 # The words of putting something off, and nothing else: what a sentence has beyond
-# them names the thing put off ("park the monitor", "等老王点头").
+# them names the thing put off ("shelve the printer order", "等老王点头").
 _PUT_OFF_WORDS = frozenset(
     "maybe perhaps later another time next wait think about that this hold thought remind"
     " tomorrow tonight again give minute moment second decide sure okay well week weekend"
