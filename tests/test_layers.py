@@ -85,6 +85,7 @@ OWNERS = {
     "compression_events": "stores/compression.py",
     "memories": "stores/memories.py",
     "memory_terms": "stores/memories.py",
+    "memory_vectors": "stores/memories.py",
     "jobs": "stores/queue.py",
     "api_keys": "stores/api_keys.py",
     "tasks": "stores/tasks.py",

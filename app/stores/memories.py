@@ -7,6 +7,12 @@ memories, and the btree on user_id makes that cheap), or, for users with more
 than EXACT_SCAN_MAX rows, from HNSW with pgvector 0.8's iterative scan, which
 keeps scanning until the filter has passed k rows, topped up exactly if short.
 Either way a search returns min(k, rows of that user) results.
+
+The exact scan ranks a user's vectors from their half-precision copies in
+``memory_vectors`` (narrow rows: a third of the pages), then re-ranks the best by
+the full vectors. The reads of the /context path (the two search legs, the turns)
+go straight through the driver: SQLAlchemy's statement handling cost more than
+Postgres's execution of them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.stores import queue
 from app.stores.engine import driver_connection
+from app.stores.tables import EMBEDDING_DIM
 
 EXACT_SCAN_MAX = 5_000
 # ef_search 200: recall 0.958 at 1M rows for users past EXACT_SCAN_MAX (bench.memory).
@@ -51,20 +58,21 @@ class MemoryRow:
 
 
 def _row(r: Any, score: float | None = None) -> MemoryRow:
+    """A memory from a row of ``MEMORY_COLUMNS`` (a driver record or ``row._mapping``)."""
     return MemoryRow(
-        id=r.id,
-        kind=r.kind,
-        text=r.text,
-        pinned=r.pinned,
-        source=r.source,
-        metadata=r.metadata,
-        created_at=r.created_at,
-        last_confirmed_at=r.last_confirmed_at,
-        times_confirmed=r.times_confirmed,
-        expires_at=r.expires_at,
-        superseded_by=r.superseded_by,
-        session_id=r.session_id,
-        embedding_model=r.embedding_model,
+        id=r["id"],
+        kind=r["kind"],
+        text=r["text"],
+        pinned=r["pinned"],
+        source=r["source"],
+        metadata=r["metadata"],
+        created_at=r["created_at"],
+        last_confirmed_at=r["last_confirmed_at"],
+        times_confirmed=r["times_confirmed"],
+        expires_at=r["expires_at"],
+        superseded_by=r["superseded_by"],
+        session_id=r["session_id"],
+        embedding_model=r["embedding_model"],
         score=score,
     )
 
@@ -89,22 +97,33 @@ def postings(terms: list[str]) -> dict[str, Any]:
     }
 
 
+# vector_copy: the half-precision copy of the vectors of the memories in ``m`` (those that
+# have one), written by the statement that writes them; the exact search ranks a user's
+# memories by these (VECTOR_ROUTED). Deleted with their memory.
+VECTOR_COPY = f"""
+    INSERT INTO memory_vectors (memory_id, user_id, kind, embedding)
+    SELECT m.id, m.user_id, m.kind, CAST(m.embedding AS halfvec({EMBEDDING_DIM}))
+    FROM m WHERE m.embedding IS NOT NULL
+    ON CONFLICT (memory_id) DO UPDATE SET embedding = EXCLUDED.embedding
+"""
+
+
 # insert_memory: the one way a memory is written (curated, promoted or indexed), with
 # its postings; an indexed episode or turn comes with its vector and session position.
 INSERT_MEMORY = text(f"""
     WITH m AS (
         INSERT INTO memories (tenant_id, user_id, kind, text, text_key, pinned, source, metadata,
-                              session_id, ttl_days, expires_at, terms, embedding,
+                              session_id, ttl_days, expires_at, embedding,
                               embedding_model, embedding_dim, turn_seq)
         VALUES (:tenant, :user_pk, :kind, :text, :text_key, CAST(:pinned AS boolean),
                 :source, :metadata, :session_pk,
                 CAST(:ttl_days AS integer),
                 CASE WHEN CAST(:pinned AS boolean) OR CAST(:ttl_days AS integer) IS NULL THEN NULL
                      ELSE now() + make_interval(days => CAST(:ttl_days AS integer)) END,
-                CAST(:terms AS text[]), :embedding, :model,
-                CAST(:dim AS integer), CAST(:turn_seq AS integer))
-        RETURNING id, user_id, kind),
-    p AS ({POSTINGS})
+                :embedding, :model, CAST(:dim AS integer), CAST(:turn_seq AS integer))
+        RETURNING id, user_id, kind, embedding),
+    p AS ({POSTINGS}),
+    v AS ({VECTOR_COPY})
     SELECT id FROM m
 """)
 
@@ -130,11 +149,15 @@ OTHER_MODELS = text("""
     GROUP BY embedding_model
 """)
 
-# forget_embeddings: vectors of another model are dropped, to be recomputed.
+# forget_embeddings: vectors of another model are dropped (and their copies), to be
+# recomputed.
 FORGET_EMBEDDINGS = text("""
-    UPDATE memories SET embedding = NULL, embedding_model = NULL, embedding_dim = NULL
-    WHERE embedding_model IS DISTINCT FROM :model
-    RETURNING tenant_id, user_id
+    WITH m AS (
+        UPDATE memories SET embedding = NULL, embedding_model = NULL, embedding_dim = NULL
+        WHERE embedding_model IS DISTINCT FROM :model
+        RETURNING id, tenant_id, user_id),
+    copies AS (DELETE FROM memory_vectors v USING m WHERE v.memory_id = m.id)
+    SELECT tenant_id, user_id FROM m
 """)
 
 # add_memory: the write behind POST /memories in one round trip, for a user that
@@ -158,12 +181,11 @@ ADD_MEMORY = text(f"""
         RETURNING {MEMORY_COLUMNS}, m.user_id, false AS created),
     m AS (
         INSERT INTO memories AS m (tenant_id, user_id, kind, text, text_key, pinned, source,
-                                   metadata, ttl_days, expires_at, terms)
+                                   metadata, ttl_days, expires_at)
         SELECT :tenant, u.id, :kind, :text, :text_key, CAST(:pinned AS boolean),
                CAST(:source AS jsonb), CAST(:metadata AS jsonb), CAST(:ttl_days AS integer),
                CASE WHEN CAST(:pinned AS boolean) OR CAST(:ttl_days AS integer) IS NULL
-                    THEN NULL ELSE now() + make_interval(days => CAST(:ttl_days AS integer)) END,
-               CAST(:terms AS text[])
+                    THEN NULL ELSE now() + make_interval(days => CAST(:ttl_days AS integer)) END
         FROM u WHERE NOT EXISTS (SELECT 1 FROM existing)
         RETURNING {MEMORY_COLUMNS}, m.user_id, true AS created),
     p AS ({POSTINGS}),
@@ -205,65 +227,80 @@ LIST_MEMORIES = text(f"""
     LIMIT :limit
 """)
 
+# The vector statements' parameters (through the driver): $1 user, $2 query vector,
+# $3 model, $4 kind or NULL, $5 k.
+
 # vector_exact: exact cosine ranking over one user's live memories (btree on user_id).
 # The "+ 0" keeps the planner off the HNSW index: this path is meant to be exact.
-VECTOR_EXACT = text(f"""
-    SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> :q) AS score
+VECTOR_EXACT = f"""
+    SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> $2) AS score
     FROM memories m
-    WHERE m.user_id = :user_pk AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
-      AND m.embedding_model = :model
-      AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
+    WHERE m.user_id = $1 AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
+      AND m.embedding_model = $3
+      AND (CAST($4 AS text) IS NULL OR m.kind = $4)
       AND (m.expires_at IS NULL OR m.expires_at > now())
-    ORDER BY (m.embedding <=> :q) + 0
-    LIMIT :k
-""")
+    ORDER BY (m.embedding <=> $2) + 0
+    LIMIT $5
+"""
 
-# vector_routed: the user's live count (bounded) and, for an ordinary user, the exact
-# ranking: the common case in one round trip. A heavy user gets one row (live count,
-# NULL memory) and is searched through HNSW.
-VECTOR_ROUTED = text(f"""
+# vector_routed ($6: the largest user searched exactly): the user's live count
+# (bounded) and, for an ordinary user, the exact ranking: the common case in one round
+# trip. The user's vectors are ranked from their half-precision copies
+# (``memory_vectors``: a third of the pages of the memories' rows); the best
+# k + NEAR_SLACK are re-ranked by their full vectors and checked for life (superseded,
+# expired, another model). Every row comes with how many
+# copies were ranked (``near``): fewer than k live rows out of a full ``near`` means
+# the slack ran out, and the caller ranks the memories themselves (VECTOR_EXACT).
+# A heavy user gets one row (live count, NULL memory) and is searched through HNSW.
+NEAR_SLACK = 16
+VECTOR_ROUTED = f"""
     WITH live AS MATERIALIZED (
         SELECT count(*) AS n FROM (
-            SELECT 1 FROM memories WHERE user_id = :user_pk AND superseded_by IS NULL
-            LIMIT CAST(:exact_max AS integer) + 1) AS bounded)
-    SELECT live.n AS live, e.*
+            SELECT 1 FROM memories WHERE user_id = $1 AND superseded_by IS NULL
+            LIMIT CAST($6 AS integer) + 1) AS bounded),
+    near AS MATERIALIZED (
+        SELECT v.memory_id FROM memory_vectors v, live
+        WHERE live.n <= CAST($6 AS integer) AND v.user_id = $1
+          AND (CAST($4 AS text) IS NULL OR v.kind = $4)
+        ORDER BY v.embedding <=> CAST(CAST($2 AS vector) AS halfvec({EMBEDDING_DIM}))
+        LIMIT CAST($5 AS integer) + {NEAR_SLACK})
+    SELECT live.n AS live, (SELECT count(*) FROM near) AS near, e.*
     FROM live LEFT JOIN LATERAL (
-        SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> :q) AS score
-        FROM memories m
-        WHERE live.n <= CAST(:exact_max AS integer)
-          AND m.user_id = :user_pk AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
-          AND m.embedding_model = :model
-          AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
+        SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> $2) AS score
+        FROM near JOIN memories m ON m.id = near.memory_id
+        WHERE m.superseded_by IS NULL AND m.embedding_model = $3
           AND (m.expires_at IS NULL OR m.expires_at > now())
-        ORDER BY (m.embedding <=> :q) + 0
-        LIMIT :k) AS e ON true
-""")
+        ORDER BY m.embedding <=> $2, m.id
+        LIMIT $5) AS e ON true
+"""
 
 # vector_hnsw: approximate, filtered inside the index scan (pgvector iterative scan).
 # "user_id + 0" keeps the planner off the btree (an exact scan of a heavy user), and
 # holds under the generic plans asyncpg's prepared statements get after five runs.
-VECTOR_HNSW = text(f"""
-    SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> :q) AS score
+VECTOR_HNSW = f"""
+    SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> $2) AS score
     FROM memories m
-    WHERE m.user_id + 0 = :user_pk AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
-      AND m.embedding_model = :model
-      AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)
+    WHERE m.user_id + 0 = $1 AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
+      AND m.embedding_model = $3
+      AND (CAST($4 AS text) IS NULL OR m.kind = $4)
       AND (m.expires_at IS NULL OR m.expires_at > now())
-    ORDER BY m.embedding <=> :q
-    LIMIT :k
-""")
+    ORDER BY m.embedding <=> $2
+    LIMIT $5
+"""
 
-# hnsw_settings: the iterative scan for this transaction, in one round trip.
-HNSW_SETTINGS = text("""
+# hnsw_settings: the iterative scan for this transaction ($1 ef_search, $2 max scan
+# tuples), in one round trip.
+HNSW_SETTINGS = """
     SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),
-           set_config('hnsw.ef_search', :ef_search, true),
-           set_config('hnsw.max_scan_tuples', :max_scan, true),
+           set_config('hnsw.ef_search', $1, true),
+           set_config('hnsw.max_scan_tuples', $2, true),
            set_config('enable_seqscan', 'off', true)
-""")
+"""
 
-SEQSCAN_BACK_ON = text("SELECT set_config('enable_seqscan', 'on', true)")
+SEQSCAN_BACK_ON = "SELECT set_config('enable_seqscan', 'on', true)"
 
-# lexical: Okapi BM25 over the user's postings (``memory_terms``: one row per memory
+# lexical ($1 user, $2 terms, $3 kind or NULL, $4 k; through the driver): Okapi BM25
+# over the user's postings (``memory_terms``: one row per memory
 # and stemmed term, with its frequency in the memory and the memory's length), read
 # through the primary key (user_id, term): only the postings of the query's terms,
 # never every memory of the user. df counts the postings of a term, N the user's live
@@ -274,15 +311,15 @@ SEQSCAN_BACK_ON = text("SELECT set_config('enable_seqscan', 'on', true)")
 # recounted the user's memories once per posting (36 of 38 ms for a 1,000-row user).
 BM25_K1 = 1.2
 BM25_B = 0.75
-LEXICAL = text(f"""
+LEXICAL = f"""
     WITH p AS MATERIALIZED (
         SELECT memory_id, term, tf, dl FROM memory_terms
-        WHERE user_id = :user_pk AND term = ANY(CAST(:terms AS text[]))
-          AND (CAST(:kind AS text) IS NULL OR kind = :kind)),
+        WHERE user_id = $1 AND term = ANY(CAST($2 AS text[]))
+          AND (CAST($3 AS text) IS NULL OR kind = $3)),
     total AS MATERIALIZED (
         SELECT count(*)::float AS n FROM memories m
-        WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
-          AND (CAST(:kind AS text) IS NULL OR m.kind = :kind)),
+        WHERE m.user_id = $1 AND m.superseded_by IS NULL
+          AND (CAST($3 AS text) IS NULL OR m.kind = $3)),
     df AS MATERIALIZED (SELECT term, count(*)::float AS n FROM p GROUP BY term),
     avgdl AS MATERIALIZED (
         SELECT greatest(avg(dl), 1)::float AS v FROM (SELECT DISTINCT memory_id, dl FROM p) d),
@@ -295,35 +332,36 @@ LEXICAL = text(f"""
         FROM p JOIN df USING (term) CROSS JOIN total CROSS JOIN avgdl
         GROUP BY p.memory_id
         ORDER BY score DESC, p.memory_id
-        LIMIT :k + 16)
+        LIMIT CAST($4 AS integer) + 16)
     SELECT {MEMORY_COLUMNS}, scored.score
     FROM scored JOIN memories m ON m.id = scored.id
     WHERE m.superseded_by IS NULL AND (m.expires_at IS NULL OR m.expires_at > now())
     ORDER BY scored.score DESC, m.id
-    LIMIT :k
-""")
+    LIMIT $4
+"""
 
 # turns_and_pinned: the single-turn memories of given (session, seq) pairs of one user,
 # through memories_turn_idx (how an episode hit is shown turn by turn, and how the other
 # half of a question/answer pair is found), and the high-stakes memories every context
 # shows, the pinned ones (pinned through the API, never expire) first, then promoted
-# ones (they expire): one round trip for the last two reads of the memory block.
-TURNS_AND_PINNED = text(f"""
+# ones (they expire): one round trip for the last two reads of the memory block,
+# through the driver ($1 user, $2 session pks, $3 seqs).
+TURNS_AND_PINNED = f"""
     SELECT * FROM (
         SELECT {MEMORY_COLUMNS}, false AS high_stakes, 0::bigint AS position
-        FROM unnest(CAST(:sids AS bigint[]), CAST(:seqs AS integer[])) AS w(sid, seq)
+        FROM unnest(CAST($2 AS bigint[]), CAST($3 AS integer[])) AS w(sid, seq)
         JOIN memories m ON m.session_id = w.sid AND m.turn_seq = w.seq
-        WHERE m.user_id = :user_pk AND m.superseded_by IS NULL
+        WHERE m.user_id = $1 AND m.superseded_by IS NULL
         UNION ALL
         (SELECT {MEMORY_COLUMNS}, true,
                 row_number() OVER (ORDER BY m.pinned DESC, m.created_at, m.id)
          FROM memories m
-         WHERE m.user_id = :user_pk AND m.superseded_by IS NULL AND m.kind = 'high_stakes'
+         WHERE m.user_id = $1 AND m.superseded_by IS NULL AND m.kind = 'high_stakes'
            AND (m.expires_at IS NULL OR m.expires_at > now())
          ORDER BY m.pinned DESC, m.created_at, m.id
          LIMIT 20)) AS both_reads
     ORDER BY high_stakes, position
-""")
+"""
 
 DELETE_MEMORY = text("DELETE FROM memories WHERE id = :id AND user_id = :user_pk RETURNING id")
 
@@ -342,10 +380,13 @@ PENDING_EMBEDDINGS = text("""
     ORDER BY id LIMIT :batch
 """)
 
-SET_EMBEDDING = text("""
-    UPDATE memories SET embedding = :embedding, embedding_model = :model,
-                        embedding_dim = :dim
-    WHERE id = :id
+SET_EMBEDDING = text(f"""
+    WITH m AS (
+        UPDATE memories SET embedding = :embedding, embedding_model = :model,
+                            embedding_dim = :dim
+        WHERE id = :id
+        RETURNING id, user_id, kind, embedding)
+    {VECTOR_COPY}
 """)
 
 STORED_MODELS = text("""
@@ -388,7 +429,6 @@ async def insert_memory(
                     "metadata": metadata,
                     "session_pk": session_pk,
                     **postings(terms),
-                    "terms": terms,
                     "embedding": embedding,
                     "model": model,
                     "dim": None if embedding is None else len(embedding),
@@ -439,7 +479,6 @@ async def add_memory(
                 "source": source,
                 "metadata": metadata,
                 **postings(terms),
-                "terms": terms,
                 **queue.within_params(
                     tenant_id=tenant,
                     kind=embed_job.kind,
@@ -452,7 +491,7 @@ async def add_memory(
     ).first()
     if r is None:
         return None
-    return AddedRow(memory=_row(r), created=r.created, user_pk=r.user_id)
+    return AddedRow(memory=_row(r._mapping), created=r.created, user_pk=r.user_id)
 
 
 async def confirm(conn: AsyncConnection, *, memory_id: int, user_pk: int, pinned: bool) -> None:
@@ -467,7 +506,7 @@ async def list_memories(
     conn: AsyncConnection, *, user_pk: int, kind: str | None, limit: int
 ) -> list[MemoryRow]:
     rows = await conn.execute(LIST_MEMORIES, {"user_pk": user_pk, "kind": kind, "limit": limit})
-    return [_row(r) for r in rows]
+    return [_row(r._mapping) for r in rows]
 
 
 async def vector_search(
@@ -480,24 +519,25 @@ async def vector_search(
     kind: str | None = None,
 ) -> list[MemoryRow]:
     """The user's k nearest live memories; exact for ordinary users (see module doc)."""
-    params = {"user_pk": user_pk, "q": query, "model": model, "k": k, "kind": kind}
-    routed = (await conn.execute(VECTOR_ROUTED, {**params, "exact_max": EXACT_SCAN_MAX})).all()
-    count = int(routed[0].live)
+    db = await driver_connection(conn)
+    args = (user_pk, query, model, kind, k)
+    routed = await db.fetch(VECTOR_ROUTED, *args, EXACT_SCAN_MAX)
+    count = int(routed[0]["live"])
     if count <= EXACT_SCAN_MAX:
-        return [_row(r, float(r.score)) for r in routed if r.id is not None]
+        rows = [r for r in routed if r["id"] is not None]
+        if len(rows) < k and routed[0]["near"] == k + NEAR_SLACK:
+            rows = await db.fetch(VECTOR_EXACT, *args)  # the slack ran out
+        return [_row(r, float(r["score"])) for r in rows]
     # The settings are transaction-local: a transaction of the driver's own holds them
     # (a savepoint inside the caller's transaction; a transaction on an autocommit one).
-    async with (await driver_connection(conn)).transaction():
-        await conn.execute(
-            HNSW_SETTINGS,
-            {"ef_search": str(max(HNSW_EF_SEARCH, k)), "max_scan": str(HNSW_MAX_SCAN_TUPLES)},
-        )
-        rows = (await conn.execute(VECTOR_HNSW, params)).all()
-        await conn.execute(SEQSCAN_BACK_ON)
+    async with db.transaction():
+        await db.execute(HNSW_SETTINGS, str(max(HNSW_EF_SEARCH, k)), str(HNSW_MAX_SCAN_TUPLES))
+        rows = await db.fetch(VECTOR_HNSW, *args)
+        await db.execute(SEQSCAN_BACK_ON)
     if len(rows) < min(k, count):
-        rows = (await conn.execute(VECTOR_EXACT, params)).all()  # never silently short
-    ranked = sorted(rows, key=lambda r: -float(r.score))
-    return [_row(r, float(r.score)) for r in ranked]
+        rows = await db.fetch(VECTOR_EXACT, *args)  # never silently short
+    ranked = sorted(rows, key=lambda r: -float(r["score"]))
+    return [_row(r, float(r["score"])) for r in ranked]
 
 
 async def lexical_search(
@@ -505,8 +545,8 @@ async def lexical_search(
 ) -> list[MemoryRow]:
     if not terms:
         return []
-    rows = await conn.execute(LEXICAL, {"user_pk": user_pk, "terms": terms, "k": k, "kind": kind})
-    return [_row(r, float(r.score)) for r in rows]
+    rows = await (await driver_connection(conn)).fetch(LEXICAL, user_pk, terms, kind, k)
+    return [_row(r, float(r["score"])) for r in rows]
 
 
 async def turns_and_pinned(
@@ -514,14 +554,13 @@ async def turns_and_pinned(
 ) -> tuple[list[MemoryRow], list[MemoryRow]]:
     """The single-turn memories of ``(session pk, seq)`` pairs (those that exist), and
     the user's high-stakes memories (pinned first)."""
-    rows = await conn.execute(
-        TURNS_AND_PINNED,
-        {"user_pk": user_pk, "sids": [p[0] for p in pairs], "seqs": [p[1] for p in pairs]},
+    rows = await (await driver_connection(conn)).fetch(
+        TURNS_AND_PINNED, user_pk, [p[0] for p in pairs], [p[1] for p in pairs]
     )
     turns: list[MemoryRow] = []
     pinned: list[MemoryRow] = []
     for r in rows:
-        (pinned if r.high_stakes else turns).append(_row(r))
+        (pinned if r["high_stakes"] else turns).append(_row(r))
     return turns, pinned
 
 

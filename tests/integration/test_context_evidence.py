@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.memories.bm25 import index_terms, search_terms
 from app.stores import memories as repo
 from app.stores import sessions
+from app.stores.engine import driver_connection
 from tests.integration.test_memories import drain
 
 
@@ -240,12 +241,12 @@ async def test_the_postings_of_a_querys_terms_are_read_from_their_index_alone(
     async with engine.connect() as conn:
         auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
         await auto.execute(text("VACUUM ANALYZE memory_terms"))
-    async with engine.begin() as conn:
-        await conn.execute(text("SET LOCAL enable_seqscan = off"))
-        await conn.execute(text("SET LOCAL enable_bitmapscan = off"))
-        terms = search_terms("zeppelin museum")
-        params = {"user_pk": user_pk, "terms": terms, "k": 5, "kind": None}
-        plan = "\n".join(
-            r[0] for r in await conn.execute(text("EXPLAIN " + str(repo.LEXICAL)), params)
-        )
+    async with engine.connect() as conn:
+        db = await driver_connection(conn)
+        async with db.transaction():
+            await db.execute("SET LOCAL enable_seqscan = off")
+            await db.execute("SET LOCAL enable_bitmapscan = off")
+            terms = search_terms("zeppelin museum")
+            explained = await db.fetch("EXPLAIN " + repo.LEXICAL, user_pk, terms, None, 5)
+        plan = "\n".join(r[0] for r in explained)
     assert "Index Only Scan using memory_terms_pkey on memory_terms" in plan, plan

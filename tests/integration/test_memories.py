@@ -10,6 +10,7 @@ from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.stores import api_keys as keys
+from app.stores.engine import driver_connection
 from app.wiring import build_worker
 from tests.conftest import make_settings, post_turns
 
@@ -206,20 +207,11 @@ async def test_heavy_users_search_through_hnsw_and_always_get_k(
             found = await memory_repo.vector_search(
                 conn, user_pk=user_pk, query=query, model="hash-ngram-v1", k=10
             )
-            exact = (
-                await conn.execute(
-                    memory_repo.VECTOR_EXACT,
-                    {
-                        "user_pk": user_pk,
-                        "q": query,
-                        "model": "hash-ngram-v1",
-                        "k": 10,
-                        "kind": None,
-                    },
-                )
-            ).all()
+            exact = await (await driver_connection(conn)).fetch(
+                memory_repo.VECTOR_EXACT, user_pk, query, "hash-ngram-v1", None, 10
+            )
             assert len(found) == 10
-            assert {m.id for m in found} == {r.id for r in exact}  # small: HNSW is exact here
+            assert {m.id for m in found} == {r["id"] for r in exact}  # small: HNSW is exact here
             ids = (
                 (
                     await conn.execute(
@@ -238,16 +230,14 @@ async def test_heavy_users_search_through_hnsw_and_always_get_k(
     row = memory_repo._row
 
     def spying_row(r: Any, score: float | None = None) -> memory_repo.MemoryRow:
-        settings_seen.append(r._mapping.get("iterative"))
+        settings_seen.append(r.get("iterative"))
         return row(r, score)
 
     monkeypatch.setattr(
         memory_repo,
         "VECTOR_HNSW",
-        text(
-            memory_repo.VECTOR_HNSW.text.replace(
-                "SELECT", "SELECT current_setting('hnsw.iterative_scan') AS iterative,", 1
-            )
+        memory_repo.VECTOR_HNSW.replace(
+            "SELECT", "SELECT current_setting('hnsw.iterative_scan') AS iterative,", 1
         ),
     )
     monkeypatch.setattr(memory_repo, "_row", spying_row)
@@ -312,32 +302,23 @@ async def test_a_heavy_user_whose_hnsw_answer_comes_back_short_is_topped_up_exac
                 )
         await conn.execute(text("ANALYZE memories"))
     query = near(1.0)
-    params = {
-        "user_pk": heavy,
-        "q": query,
-        "model": "hash-ngram-v1",
-        "k": 10,
-        "kind": None,
-    }
+    args = (heavy, query, "hash-ngram-v1", None, 10)
     async with engine.begin() as conn:
+        db = await driver_connection(conn)
         # Only the HNSW index can order by distance now (no bitmap, no sort).
         await conn.execute(text("SET LOCAL enable_bitmapscan = off"))
         await conn.execute(text("SET LOCAL enable_sort = off"))
-        await conn.execute(memory_repo.HNSW_SETTINGS, {"ef_search": "1", "max_scan": "1"})
-        plan = "\n".join(
-            (await conn.execute(text("EXPLAIN " + str(memory_repo.VECTOR_HNSW)), params))
-            .scalars()
-            .all()
-        )
+        await db.execute(memory_repo.HNSW_SETTINGS, "1", "1")
+        plan = "\n".join(r[0] for r in await db.fetch("EXPLAIN " + memory_repo.VECTOR_HNSW, *args))
         assert "memories_embedding_hnsw_idx" in plan, plan
-        short = (await conn.execute(memory_repo.VECTOR_HNSW, params)).all()
+        short = await db.fetch(memory_repo.VECTOR_HNSW, *args)
         assert len(short) < 10  # the premise: the index path alone comes back short
         found = await memory_repo.vector_search(
             conn, user_pk=heavy, query=query, model="hash-ngram-v1", k=10
         )
-        exact = (await conn.execute(memory_repo.VECTOR_EXACT, params)).all()
+        exact = await db.fetch(memory_repo.VECTOR_EXACT, *args)
     assert len(found) == 10
-    assert [m.id for m in found] == [r.id for r in exact]
+    assert [m.id for m in found] == [r["id"] for r in exact]
 
 
 async def test_an_add_is_one_statement_with_its_embedding_job(

@@ -32,6 +32,7 @@ DISTRIBUTED = {
     "compression_events": "tenant_id",  # column to add
     "memories": "tenant_id",
     "memory_terms": "tenant_id",  # column to add
+    "memory_vectors": "tenant_id",  # column to add (written with its memory, by user id)
     "jobs": "tenant_id",
     "tasks": "tenant_id",  # issue 15 (h15): placement to be reviewed by its owner
     "task_members": "tenant_id",  # column to add
@@ -104,6 +105,7 @@ NOT_YET: dict[str, str] = {
     "LIST_MEMORIES": USER_KEYED,
     "PENDING_EMBEDDINGS": USER_KEYED,
     "POSTINGS": USER_KEYED,  # a fragment inserted with its memory, which carries the tenant
+    "VECTOR_COPY": USER_KEYED,  # a fragment written with its memory's embedding
     "SET_EMBEDDING": ID_KEYED,
     "SIMILAR_EXISTING": USER_KEYED,
     "SUPERSEDE": USER_KEYED,
