@@ -62,18 +62,24 @@ class Embedder(Protocol):
 
 
 class QueryCache:
-    """The vectors of the last ``size`` single texts embedded, newest kept.
+    """The vectors of the last ``size`` single texts embedded, newest kept, and the
+    single texts being embedded.
 
     A search embeds one text, its query, and queries repeat: an agent reads its
     context at several budgets, retries, asks a tool the same question again. The
     query vector is the costliest step of a /context read with retrieval (2 ms on an
     idle core, 6–17 ms on a busy one), so a repeat costs a dict lookup. Batches (the
     worker indexing turns) are never cached: they would only push queries out.
+
+    A text asked for while it is being embedded waits for that embedding instead of
+    starting another: a /context read starts its query's embedding before it reads
+    the session (``embed_ahead``), and its search then asks for the same text.
     """
 
     def __init__(self, size: int = 1024) -> None:
         self._size = size
         self._vectors: OrderedDict[str, list[float]] = OrderedDict()
+        self._flying: dict[str, asyncio.Future[list[float]]] = {}
 
     def get(self, text: str) -> list[float] | None:
         vector = self._vectors.get(text)
@@ -87,21 +93,53 @@ class QueryCache:
         while len(self._vectors) > self._size:
             self._vectors.popitem(last=False)
 
+    def flight(
+        self, text: str, embed: Callable[[list[str]], Awaitable[list[list[float]]]]
+    ) -> asyncio.Future[list[float]]:
+        """The embedding of ``text`` under way, started now if none is. Kept when it
+        succeeds; a failure is seen by those who wait for it, and the next ask retries."""
+        flying = self._flying.get(text)
+        if flying is not None:
+            return flying
+
+        async def one() -> list[float]:
+            [vector] = await embed([text])
+            return vector
+
+        flying = asyncio.ensure_future(one())
+        self._flying[text] = flying
+
+        def landed(done: asyncio.Future[list[float]]) -> None:
+            del self._flying[text]
+            if not done.cancelled() and done.exception() is None:
+                self.put(text, done.result())
+
+        flying.add_done_callback(landed)
+        return flying
+
 
 async def embed_cached(
     cache: QueryCache,
     texts: Sequence[str],
     embed: Callable[[list[str]], Awaitable[list[list[float]]]],
 ) -> list[list[float]]:
-    """``embed(texts)``, answered from ``cache`` when ``texts`` is one text seen before."""
+    """``embed(texts)``, answered from ``cache`` when ``texts`` is one text seen before
+    (or being embedded: then that embedding's vector, when it lands)."""
     if len(texts) != 1:
         return await embed(list(texts))
     hit = cache.get(texts[0])
     if hit is not None:
         return [list(hit)]
-    [vector] = await embed(list(texts))
-    cache.put(texts[0], vector)
-    return [list(vector)]
+    # Shielded: a caller that gives up (cancelled) leaves the embedding to the others.
+    return [list(await asyncio.shield(cache.flight(texts[0], embed)))]
+
+
+def embed_ahead(embedder: Embedder, text: str) -> None:
+    """Start embedding ``text`` now, for a later ``embedder.embed([text])`` to find
+    done or under way (the adapters' ``QueryCache``). Its failure, if any, is the later
+    call's to raise: it asks again."""
+    ahead = asyncio.ensure_future(embedder.embed([text]))
+    ahead.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 # --------------------------------------------------------------------------- USE
@@ -258,6 +296,7 @@ class HashEmbedder:
 
     def __init__(self, dim: int = 256) -> None:
         self.dim = dim
+        self._queries = QueryCache()
 
     def _slot(self, feature: str) -> tuple[int, float]:
         digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
@@ -282,6 +321,9 @@ class HashEmbedder:
         return l2_normalize(vector)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return await embed_cached(self._queries, texts, self._embed_all)
+
+    async def _embed_all(self, texts: list[str]) -> list[list[float]]:
         return [self.embed_one(t) for t in texts]
 
 

@@ -36,7 +36,7 @@ from app.memories.bm25 import term_matcher
 from app.memories.fuse import mmr_by
 from app.memories.gate import build_query, needs_retrieval
 from app.memories.when import date_label
-from app.providers.embed import Embedder
+from app.providers.embed import Embedder, embed_ahead
 from app.services.memories import age_label, hybrid_search
 from app.stores import memories as repo
 from app.stores import sessions
@@ -96,6 +96,15 @@ def _hidden(m: MemoryRow, request: MemoryRequest) -> bool:
         m.session_id in request.hidden_sessions
         or m.source.get("session_id") in request.hidden_session_ids
     )
+
+
+def embed_query_ahead(embedder: Embedder | None, query: str | None, *, k: int | None) -> None:
+    """Start embedding an explicit ``query`` the search will embed (a question, not an
+    acknowledgement; candidates wanted), so that its vector is computed while the
+    session is read and the search's lexical leg runs: the search finds it done or
+    under way. Costs a wasted embedding when the user turns out to have no memories."""
+    if embedder is not None and query and k != 0 and needs_retrieval(query):
+        embed_ahead(embedder, query)
 
 
 def top_k_for(budget_tokens: int, floor: int) -> int:
@@ -173,7 +182,7 @@ async def memory_block(
         )
     found = [m for m in found if _visible(m, request)]
     turns, whole, pinned = await _turns(
-        conn, request, [m for m in found if m.kind == "episode"], query
+        db, request, [m for m in found if m.kind == "episode"], query
     )
     pinned = [m for m in pinned if not _hidden(m, request)]
     seen = {m.id for m in pinned}
@@ -203,7 +212,7 @@ def _visible(m: MemoryRow, request: MemoryRequest) -> bool:
 
 
 async def _turns(
-    conn: AsyncConnection, request: MemoryRequest, hits: Sequence[MemoryRow], query: str
+    db: asyncpg.Connection, request: MemoryRequest, hits: Sequence[MemoryRow], query: str
 ) -> tuple[list[_Turn], list[MemoryRow], list[MemoryRow]]:
     """Episode and turn hits as turns valued by what points at them, in pick order; the
     episodes that have no turn rows (indexed before turns were), to show whole; and the
@@ -239,7 +248,7 @@ async def _turns(
     missing = sorted((k for k in priority if k not in direct), key=lambda k: -priority[k])
     missing = missing[: max(MIN_CANDIDATES, request.budget_tokens // TOKENS_PER_FETCHED_TURN)]
     by_key = {k: _Turn(t.row, t.value, *k) for k, t in direct.items()}
-    rows, pinned = await repo.turns_and_pinned(conn, user_pk=request.user_pk, pairs=missing)
+    rows, pinned = await repo.turns_and_pinned(db, user_pk=request.user_pk, pairs=missing)
     for row in rows:
         if row.session_id is None or not _visible(row, request):
             continue

@@ -20,6 +20,7 @@ from app.memories.lexical import normalize
 from app.providers.embed import Embedder, EmbeddingModelMismatch
 from app.stores import memories as repo
 from app.stores import queue, sessions
+from app.stores.engine import driver_connection
 from app.stores.memories import MemoryRow
 
 CANDIDATES_PER_LIST = 20
@@ -108,10 +109,11 @@ async def hybrid_search(
         embedding = asyncio.ensure_future(embedder.embed([query]))
     terms = search_terms(query)
     lexical: list[MemoryRow] | None = None
+    db = await driver_connection(conn)  # both legs read through the driver
     try:
         if terms:
             lexical = await repo.lexical_search(
-                conn, user_pk=user_pk, terms=terms, k=max(k, CANDIDATES_PER_LIST), kind=kind
+                db, user_pk=user_pk, terms=terms, k=max(k, CANDIDATES_PER_LIST), kind=kind
             )
         if embedding is not None:
             query_vector = (await embedding)[0]
@@ -124,7 +126,7 @@ async def hybrid_search(
     if query_vector is not None and embedder is not None:
         rankings.append(
             await repo.vector_search(
-                conn,
+                db,
                 user_pk=user_pk,
                 query=query_vector,
                 model=embedder.model_id,

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
 
+import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -37,6 +38,15 @@ MEMORY_COLUMNS = """
     m.id, m.kind, m.text, m.pinned, m.source, m.metadata, m.created_at, m.last_confirmed_at,
     m.times_confirmed, m.expires_at, m.superseded_by, m.session_id, m.embedding_model
 """
+
+
+# The reads of the /context path run on the driver connection under a SQLAlchemy one;
+# a caller that holds it already passes it (fetching it again costs a greenlet switch).
+Connection: TypeAlias = AsyncConnection | asyncpg.Connection
+
+
+async def _driver(conn: Connection) -> asyncpg.Connection:
+    return conn if isinstance(conn, asyncpg.Connection) else await driver_connection(conn)
 
 
 @dataclass(frozen=True)
@@ -510,7 +520,7 @@ async def list_memories(
 
 
 async def vector_search(
-    conn: AsyncConnection,
+    conn: Connection,
     *,
     user_pk: int,
     query: list[float],
@@ -519,7 +529,7 @@ async def vector_search(
     kind: str | None = None,
 ) -> list[MemoryRow]:
     """The user's k nearest live memories; exact for ordinary users (see module doc)."""
-    db = await driver_connection(conn)
+    db = await _driver(conn)
     args = (user_pk, query, model, kind, k)
     routed = await db.fetch(VECTOR_ROUTED, *args, EXACT_SCAN_MAX)
     count = int(routed[0]["live"])
@@ -541,20 +551,20 @@ async def vector_search(
 
 
 async def lexical_search(
-    conn: AsyncConnection, *, user_pk: int, terms: list[str], k: int, kind: str | None = None
+    conn: Connection, *, user_pk: int, terms: list[str], k: int, kind: str | None = None
 ) -> list[MemoryRow]:
     if not terms:
         return []
-    rows = await (await driver_connection(conn)).fetch(LEXICAL, user_pk, terms, kind, k)
+    rows = await (await _driver(conn)).fetch(LEXICAL, user_pk, terms, kind, k)
     return [_row(r, float(r["score"])) for r in rows]
 
 
 async def turns_and_pinned(
-    conn: AsyncConnection, *, user_pk: int, pairs: list[tuple[int, int]]
+    conn: Connection, *, user_pk: int, pairs: list[tuple[int, int]]
 ) -> tuple[list[MemoryRow], list[MemoryRow]]:
     """The single-turn memories of ``(session pk, seq)`` pairs (those that exist), and
     the user's high-stakes memories (pinned first)."""
-    rows = await (await driver_connection(conn)).fetch(
+    rows = await (await _driver(conn)).fetch(
         TURNS_AND_PINNED, user_pk, [p[0] for p in pairs], [p[1] for p in pairs]
     )
     turns: list[MemoryRow] = []

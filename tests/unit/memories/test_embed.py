@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 
 import httpx
 import pytest
@@ -24,6 +25,7 @@ from app.providers.embed import (
     USEEmbedder,
     build_embedder,
     check_compatible,
+    embed_ahead,
     embed_cached,
 )
 from tests.unit.memories.retrieval_set import FACTS, QUERIES, recall
@@ -302,3 +304,90 @@ async def test_openai_embedder_asks_once_for_a_repeated_query() -> None:
         await embedder.embed(["same question"])
         await embedder.embed(["same question"])
     assert asked == [["same question"]]
+
+
+async def test_a_query_asked_while_it_is_embedded_waits_for_that_embedding() -> None:
+    """Single flight: the /context read starts its query's embedding before it reads the
+    session, and the search asks for the same text while it runs."""
+    calls: list[list[str]] = []
+    release = asyncio.Event()
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        calls.append(texts)
+        await release.wait()
+        return [[float(len(t)), 1.0] for t in texts]
+
+    cache = QueryCache()
+    first = asyncio.ensure_future(embed_cached(cache, ["how far"], embed))
+    second = asyncio.ensure_future(embed_cached(cache, ["how far"], embed))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    release.set()
+    assert await first == await second == [[7.0, 1.0]]
+    assert calls == [["how far"]]
+    assert await embed_cached(cache, ["how far"], embed) == [[7.0, 1.0]]
+    assert calls == [["how far"]]
+
+
+async def test_a_caller_that_gives_up_leaves_the_embedding_to_the_others() -> None:
+    release = asyncio.Event()
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        await release.wait()
+        return [[1.0, 0.0] for _ in texts]
+
+    cache = QueryCache()
+    quitter = asyncio.ensure_future(embed_cached(cache, ["q"], embed))
+    stayer = asyncio.ensure_future(embed_cached(cache, ["q"], embed))
+    await asyncio.sleep(0)
+    quitter.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    assert await stayer == [[1.0, 0.0]]
+    assert quitter.cancelled()
+    assert cache.get("q") == [1.0, 0.0]
+
+
+async def test_a_failed_embedding_fails_its_waiters_and_the_next_ask_retries() -> None:
+    attempts: list[str] = []
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        attempts.append(texts[0])
+        await asyncio.sleep(0)
+        if len(attempts) == 1:
+            raise EmbeddingUnavailable("down")
+        return [[0.0, 1.0]]
+
+    cache = QueryCache()
+    waiting = [asyncio.ensure_future(embed_cached(cache, ["q"], embed)) for _ in range(2)]
+    for task in waiting:
+        with pytest.raises(EmbeddingUnavailable):
+            await task
+    assert attempts == ["q"]
+    assert await embed_cached(cache, ["q"], embed) == [[0.0, 1.0]]
+    assert attempts == ["q", "q"]
+
+
+async def test_embedding_ahead_hands_its_vector_to_the_later_ask() -> None:
+    class Counting(HashEmbedder):
+        def __init__(self) -> None:
+            super().__init__(8)
+            self.computed: list[str] = []
+
+        def embed_one(self, text: str) -> list[float]:
+            self.computed.append(text)
+            return super().embed_one(text)
+
+    embedder = Counting()
+    embed_ahead(embedder, "where is the key")
+    assert await embedder.embed(["where is the key"]) == [embedder.embed_one("where is the key")]
+    assert embedder.computed.count("where is the key") == 2  # ahead once, and the check above
+    failing = HashEmbedder(8)
+
+    async def down(texts: Sequence[str]) -> list[list[float]]:
+        raise EmbeddingUnavailable("down")
+
+    failing.embed = down  # type: ignore[method-assign]
+    embed_ahead(failing, "q")  # its failure is left to a later ask, never logged as lost
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
