@@ -327,12 +327,20 @@ def _diversify(ranked: list[_Turn], budget_tokens: int) -> list[_Turn]:
         return picked_tokens >= MMR_FILL * budget_tokens
 
     top = max(t.density for t in head) or 1.0
-    words = {t.key: frozenset(_content(t.row).lower().split()) for t in head}
+    # Each turn's words as bits of one integer (a bit per word of the head): the
+    # Jaccard similarity of two turns is then two popcounts, not two set operations.
+    vocabulary: dict[str, int] = {}
+    bits: dict[tuple[int, int], int] = {}
+    sizes: dict[tuple[int, int], int] = {}
+    for t in head:
+        words = set(_content(t.row).lower().split())
+        bits[t.key] = sum(1 << vocabulary.setdefault(w, len(vocabulary)) for w in words)
+        sizes[t.key] = len(words)
 
     def similarity(a: tuple[int, int], b: tuple[int, int]) -> float:
-        wa, wb = words[a], words[b]
-        shared = len(wa & wb)  # Jaccard without building the union
-        return shared / (len(wa) + len(wb) - shared) if wa or wb else 0.0
+        shared = (bits[a] & bits[b]).bit_count()
+        union = sizes[a] + sizes[b] - shared
+        return shared / union if union else 0.0
 
     index = {t.key: t for t in head}
     order = mmr_by(

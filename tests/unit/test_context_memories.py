@@ -97,3 +97,21 @@ def test_turns_of_two_sessions_of_one_day_share_one_date_line() -> None:
     text, placed = cm._render([], [], picked, 200, "en", WHEN)
     assert text.count("[1 March 2024 (2024-03-01)]") == 1
     assert len(placed) == 2 and "adopted" in text and "Miso" in text
+
+
+def test_a_near_duplicate_of_a_better_turn_gives_way_to_different_evidence() -> None:
+    texts = [
+        "Ana: We hiked the red canyon trail on Sunday.",
+        "Ana: We hiked the red canyon trail on Sunday morning.",
+        "Ben: My sister moved to Oslo in May.",
+        "Ben: The bakery on the corner closed.",
+    ]
+    ranked = [
+        cm._Turn(row(100 + seq, text, [seq], turn=True), value, 7, seq)
+        for seq, (text, value) in enumerate(zip(texts, [1.0, 0.95, 0.9, 0.5], strict=True))
+    ]
+    picked = cm._diversify(ranked, budget_tokens=1000)
+    assert [t.seq for t in picked] == [0, 2, 1, 3]
+    # Nothing alike: the order by value stands.
+    unlike = [ranked[0], ranked[2], ranked[3]]
+    assert [t.seq for t in cm._diversify(unlike, budget_tokens=1000)] == [0, 2, 3]
