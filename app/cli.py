@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -121,7 +122,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 2
     _exit_cleanly_on_sigterm()
-    if args.workers > 1:
+    if args.workers > 1 or (settings.embedded_worker and settings.worker_process):
         return _serve_processes(settings, url, args.workers)
     import uvicorn
 
@@ -158,32 +159,61 @@ def _uvicorn_options(settings: Settings) -> dict[str, Any]:
 
 
 def _serve_processes(settings: Settings, url: str, workers: int) -> int:
-    """N API processes on one socket, and the job worker in exactly one process beside them.
+    """N API processes on one socket (N = 1: this one), and the job worker in exactly one
+    process beside them.
 
     This process owns the embedded database (started, migrated and stopped here) and
     supervises: uvicorn spawns the API processes, which build their app from the
     environment with the database URL this process resolved and their embedded worker
     off; when the embedded worker is on, one ``mnemo worker`` process runs the jobs.
+    With one API process, it is this one. A separate worker keeps the embedding model
+    and the compressions off the API process's CPU and GIL.
     """
     import uvicorn
 
     os.environ["MNEMO_DATABASE_URL"] = url
     worker = None
     if settings.embedded_worker:
-        worker = KeptAlive([sys.executable, "-m", "app.cli", "worker"])
+        # The worker's counters (compressions, jobs, …) reach the API's /metrics through
+        # a metrics server of its own, on loopback unless one was configured.
+        if settings.worker_metrics_port is None:
+            os.environ["MNEMO_WORKER_METRICS_PORT"] = str(_free_loopback_port())
+            os.environ["MNEMO_WORKER_METRICS_HOST"] = "127.0.0.1"
+        port = os.environ.get("MNEMO_WORKER_METRICS_PORT", settings.worker_metrics_port)
+        os.environ["MNEMO_WORKER_METRICS_URL"] = f"http://127.0.0.1:{port}/metrics"
+        settings = settings.model_copy(
+            update={"worker_metrics_url": os.environ["MNEMO_WORKER_METRICS_URL"]}
+        )
+        worker = KeptAlive(
+            [sys.executable, "-m", "app.cli", "worker", "--supervised-by", str(os.getpid())]
+        )
         worker.start()
     os.environ["MNEMO_EMBEDDED_WORKER"] = "false"
     try:
-        uvicorn.run(
-            "app.cli:api_from_environment",
-            factory=True,
-            workers=workers,
-            **_uvicorn_options(settings),
-        )
+        if workers > 1:
+            uvicorn.run(
+                "app.cli:api_from_environment",
+                factory=True,
+                workers=workers,
+                **_uvicorn_options(settings),
+            )
+        else:
+            from app.wiring import create_app
+
+            api = settings.model_copy(update={"embedded_worker": False})
+            uvicorn.run(create_app(api, database_url=url), **_uvicorn_options(settings))
     finally:
         if worker is not None:
             worker.stop()
     return 0
+
+
+def _free_loopback_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class KeptAlive:
@@ -283,23 +313,54 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
                 await check_stored_models(conn, embedder)
         metrics = Metrics()
         if settings.worker_metrics_port is not None:
-            start_http_server(settings.worker_metrics_port, registry=metrics.registry)
+            start_http_server(
+                settings.worker_metrics_port,
+                addr=settings.worker_metrics_host,
+                registry=metrics.registry,
+            )
         worker = build_worker(settings, engine, http=http, metrics=metrics, embedder=embedder)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        if parent is None:
+            loop.add_signal_handler(signal.SIGINT, stop.set)
+        else:
+            # Ctrl-C reaches the whole process group: the supervisor stops us (SIGTERM)
+            # once its API is down, rather than the worker leaving first.
+            loop.add_signal_handler(signal.SIGINT, lambda: None)
+        orphaned = None
+        if parent is not None:
+            orphaned = asyncio.create_task(_stop_when_orphaned(parent, stop))
         try:
             if args.once:
                 await worker.drain(stop)
             else:
                 await worker.run(stop)
         finally:
+            if orphaned is not None:
+                orphaned.cancel()
             await http.aclose()
             await engine.dispose()
 
+    # Given by the supervisor, not read here: it may be gone before this line runs.
+    parent = args.supervised_by
+    if parent is not None:
+        os.nice(settings.worker_nice)  # the API beside it is served first
     asyncio.run(run())
     return 0
+
+
+async def _stop_when_orphaned(parent: int, stop: asyncio.Event, every_s: float = 0.5) -> None:
+    """Set ``stop`` once ``parent`` is no longer this process's parent (a process whose
+    parent dies is reparented): a ``mnemo serve`` killed with SIGKILL cannot stop its
+    worker."""
+    while not stop.is_set():
+        if os.getppid() != parent:
+            print("mnemo worker: the supervising process is gone; stopping", file=sys.stderr)
+            stop.set()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)
 
 
 def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
@@ -560,12 +621,21 @@ def main(argv: list[str] | None = None) -> int:
         "--workers",
         type=_positive,
         default=1,
-        help="API processes sharing the port (default 1); with more than one, the job"
-        " worker runs in one separate process (unless MNEMO_EMBEDDED_WORKER=false)",
+        help="API processes sharing the port (default 1); the job worker runs in one"
+        " separate process beside them (unless MNEMO_EMBEDDED_WORKER=false; with one API"
+        " process, MNEMO_WORKER_PROCESS=false runs it inside that process)",
     )
     serve.set_defaults(func=cmd_serve)
     worker = sub.add_parser("worker", help="run background workers only")
     worker.add_argument("--once", action="store_true", help="drain runnable jobs, then exit")
+    worker.add_argument(
+        "--supervised-by",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="stop (as on SIGTERM) once PID is no longer this process's parent (`mnemo"
+        " serve` starts its job worker so: a killed serve leaves no worker behind)",
+    )
     worker.set_defaults(func=cmd_worker)
     migrate = sub.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(func=cmd_migrate)

@@ -183,7 +183,7 @@ def create_app(
         app.state.guard = Guard(app.state.engine)
         stop = asyncio.Event()
         worker_task = None
-        http = httpx.AsyncClient()
+        http = app.state.http = httpx.AsyncClient()
         app.state.embedder = build_embedder_from_settings(settings, http)
         if app.state.embedder is not None:
             async with app.state.engine.connect() as conn:

@@ -25,6 +25,7 @@ from app.core.config import Settings
 from app.core.retry import GiveUp, decide_retry
 from app.services.jobs import Handler, JobContext, LeaseLost
 from app.stores import queue
+from app.stores.engine import autocommit
 from app.stores.queue import Job
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,8 @@ class Worker:
 
     async def _claim_safely(self) -> Job | None:
         try:
-            async with self.engine.begin() as conn:
+            # The claim is one statement (atomic on its own): no BEGIN/COMMIT around it.
+            async with autocommit(self.engine) as conn:
                 return await queue.claim(conn, worker=self.name, lease_s=self.settings.job_lease_s)
         except (OSError, DBAPIError, OperationalError) as exc:
             log.warning("job claim failed, database unavailable? %s", exc)

@@ -143,39 +143,43 @@ class Service:
         self.stop()
         return self.start()
 
-    def cpu_seconds(self) -> float | None:
-        """User + system CPU the server's processes have used so far (Linux only): the
-        server and its live descendants (``--workers`` processes); the embedded Postgres
-        daemonises and is not counted."""
+    def _tree(self) -> Iterator[tuple[int, str]]:
+        """(pid, /proc/PID/stat after the command name) of the server and its live
+        descendants (``--workers`` processes, the job worker); the embedded Postgres
+        daemonises and is not among them. Empty when the server itself is gone."""
         if self.process is None:
-            return None
-        ticks = os.sysconf("SC_CLK_TCK")
-        total, pending = 0, [self.process.pid]
+            return
+        pending = [self.process.pid]
         while pending:
             pid = pending.pop()
             try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1]
             except OSError:
                 if pid == self.process.pid:
-                    return None
+                    return
                 continue
-            total += int(fields[11]) + int(fields[12])
-            # Every thread's children (`serve --workers` restarts its job worker from one).
+            yield pid, stat
+            # Every thread's children (`serve` restarts its job worker from one).
             for task in Path(f"/proc/{pid}/task").glob("*"):
                 with contextlib.suppress(OSError):
                     pending.extend(int(c) for c in (task / "children").read_text().split())
-        return total / ticks
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU the server's processes have used so far (Linux only)."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        stats = [stat.split() for _, stat in self._tree()]
+        return sum(int(f[11]) + int(f[12]) for f in stats) / ticks if stats else None
 
     def rss_mib(self) -> float | None:
-        if self.process is None:
-            return None
-        try:
-            for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            return None
-        return None
+        """Resident memory of the server's processes, summed (shared pages counted in each)."""
+        total, seen = 0, False
+        for pid, _ in self._tree():
+            seen = True
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        return total / 1024 if seen else None
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -12,7 +12,15 @@ Starts ``mnemo serve`` (embedded Postgres in a temporary directory unless
    N ``GET /healthz`` (the HTTP floor of the same server, same clients, same run);
 4. repeats 2 and 3 (and the floor) with one client and N/4 requests: the service
    time without queueing behind the other clients;
-5. restarts the service on the same data (warm start).
+5. waits, with no requests, until the job worker has caught up (jobs left, seconds);
+6. restarts the service on the same data (warm start).
+
+The job worker indexes, compresses and promotes what phase 1 loaded while the later
+phases run: it competes with the requests for the CPU, and the memories it promotes
+make later context reads costlier. So each phase also reports the jobs still queued
+or running at its end and, for context reads, how many had a memory block; step 5
+shows what the worker still owed. ``--in-process-worker`` runs the worker inside the
+API process (``MNEMO_WORKER_PROCESS=false``) instead of its own child process.
 
 ``--workers N`` runs ``mnemo serve --workers N``; ``--client-cpus 0`` pins this
 process (the load generator, not the server) to those CPUs once the server runs.
@@ -157,6 +165,12 @@ class Phase:
     # The slowest requests: (request index, seconds into the phase, ms), to tell a
     # start-up stall from a steady tail.
     slowest: list[tuple[int, float, float]]
+    # Jobs queued or running when the phase ended: how far behind the worker is (what
+    # it still has to index and promote competes with the requests for the CPU).
+    jobs_waiting_after: int | None = None
+    # Context reads whose context has a long-term memory block (the costliest part of
+    # a read; it appears as the worker promotes episodes, so it moves with the worker).
+    with_memories: int | None = None
 
 
 def percentile(ordered: Sequence[float], p: float) -> float:
@@ -170,19 +184,57 @@ def percentile(ordered: Sequence[float], p: float) -> float:
 Request = Callable[[httpx.AsyncClient, int], Awaitable[tuple[httpx.Response, int]]]
 
 
+MEMORY_BLOCK = b'"kind":"memories"'  # in a context response's blocks
+CATCH_UP_TIMEOUT_S = 300.0
+
+
+async def jobs_waiting(client: httpx.AsyncClient) -> int | None:
+    """Queued and running jobs, from the queue gauges of ``/metrics`` (database-wide)."""
+    try:
+        text = (await client.get("/metrics")).text
+    except httpx.HTTPError:
+        return None
+    waiting = 0
+    for line in text.splitlines():
+        if line.startswith("mnemo_job_queue_depth{") and 'status="dead"' not in line:
+            waiting += int(float(line.rsplit(" ", 1)[1]))
+    return waiting
+
+
+async def catch_up(client: httpx.AsyncClient) -> dict[str, Any]:
+    """After the phases, with no requests: the jobs left, and the seconds until none is
+    queued or running (None past ``CATCH_UP_TIMEOUT_S``). What the requests did not pay
+    for during the phases is still owed by the worker; this says how much."""
+    began = time.perf_counter()
+    first = waiting = await jobs_waiting(client)
+    while waiting and time.perf_counter() - began < CATCH_UP_TIMEOUT_S:
+        await asyncio.sleep(0.5)
+        waiting = await jobs_waiting(client)
+    seconds = round(time.perf_counter() - began, 1) if waiting == 0 else None
+    return {"jobs": first, "drained_s": seconds}
+
+
 async def run_phase(
-    name: str, service: Service, clients: list[httpx.AsyncClient], total: int, request: Request
+    name: str,
+    service: Service,
+    clients: list[httpx.AsyncClient],
+    total: int,
+    request: Request,
+    *,
+    contexts: bool = False,
 ) -> Phase:
-    """``total`` requests shared out to the clients, each running one at a time."""
+    """``total`` requests shared out to the clients, each running one at a time
+    (``contexts``: they are context reads; count those with a memory block)."""
     latencies: list[float] = []
     timeline: list[tuple[int, float, float]] = []
     errors = 0
     first_error: str | None = None
     items = 0
+    with_memories = 0
     next_index = 0
 
     async def client_loop(client: httpx.AsyncClient) -> None:
-        nonlocal errors, first_error, items, next_index
+        nonlocal errors, first_error, items, with_memories, next_index
         while next_index < total:
             i = next_index
             next_index += 1
@@ -197,6 +249,7 @@ async def run_phase(
             timeline.append((i, began - phase_began, latencies[-1]))
             if response.is_success:
                 items += n
+                with_memories += contexts and MEMORY_BLOCK in response.content
             else:
                 errors += 1
                 first_error = first_error or f"{response.status_code}: {response.text[:300]}"
@@ -206,6 +259,7 @@ async def run_phase(
     await asyncio.wait_for(asyncio.gather(*(client_loop(c) for c in clients)), PHASE_TIMEOUT_S)
     seconds = time.perf_counter() - began
     server1 = service.cpu_seconds()
+    waiting = await jobs_waiting(clients[0])
     ordered = sorted(ms * 1000 for ms in latencies)
     return Phase(
         name=name,
@@ -227,6 +281,8 @@ async def run_phase(
             (i, round(at, 3), round(s * 1000, 1))
             for i, at, s in sorted(timeline, key=lambda t: -t[2])[:5]
         ],
+        jobs_waiting_after=waiting,
+        with_memories=with_memories if contexts else None,
     )
 
 
@@ -304,7 +360,9 @@ async def measure(service: Service, args: argparse.Namespace) -> dict[str, Any]:
         )
         print(f"{args.requests} × /healthz, then {args.requests} contexts…", file=sys.stderr)
         phases["healthz"] = await run_phase("healthz", service, clients, args.requests, get_healthz)
-        phases["context"] = await run_phase("context", service, clients, args.requests, get_context)
+        phases["context"] = await run_phase(
+            "context", service, clients, args.requests, get_context, contexts=True
+        )
         # The same requests from one client: service time without queueing.
         serial = max(1, args.requests // 4)
         print(f"{serial} single posts and {serial} contexts from one client…", file=sys.stderr)
@@ -319,14 +377,17 @@ async def measure(service: Service, args: argparse.Namespace) -> dict[str, Any]:
             "healthz_1client", service, clients[:1], serial, get_healthz
         )
         phases["context_1client"] = await run_phase(
-            "context_1client", service, clients[:1], serial, get_context
+            "context_1client", service, clients[:1], serial, get_context, contexts=True
         )
         sample = (await clients[0].get(f"/v1/sessions/{sessions[0]}/context")).json()
         session_info = (await clients[0].get(f"/v1/sessions/{sessions[0]}")).json()
+        print("waiting for the worker's backlog…", file=sys.stderr)
+        backlog = await catch_up(clients[0])
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
     return {
         "phases": {k: asdict(v) for k, v in phases.items()},
+        "backlog_after_phases": backlog,
         "sample_context": {k: sample.get(k) for k in ("tokens", "max_tokens", "blocks")}
         | {"messages": len(sample.get("messages", []))},
         "sample_session": session_info,
@@ -393,6 +454,10 @@ def verdicts(figures: dict[str, float]) -> dict[str, bool]:
     return out
 
 
+def _blank(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def print_report(result: dict[str, Any]) -> None:
     params = result["parameters"]
     print(
@@ -403,7 +468,7 @@ def print_report(result: dict[str, Any]) -> None:
     )
     head = (
         f"{'phase':<16}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'req/s':>9}{'items/s':>10}"
-        f"{'errors':>8}{'srv cpu':>9}{'cli cpu':>9}"
+        f"{'errors':>8}{'srv cpu':>9}{'cli cpu':>9}{'jobs':>7}{'w/ mem':>8}"
     )
     print(head)
     print("-" * len(head))
@@ -412,13 +477,24 @@ def print_report(result: dict[str, Any]) -> None:
         print(
             f"{name:<16}{ph['p50_ms']:>9.2f}{ph['p95_ms']:>9.2f}{ph['p99_ms']:>9.2f}"
             f"{ph['req_per_s']:>9.1f}{ph['items_per_s']:>10.1f}{ph['errors']:>8}"
-            f"{srv:>9}{ph['client_cpu_s']:>8.1f}s"
+            f"{srv:>9}{ph['client_cpu_s']:>8.1f}s{_blank(ph['jobs_waiting_after']):>7}"
+            f"{_blank(ph['with_memories']):>8}"
         )
+    print(
+        "  jobs: queued or running at the phase's end (the worker's backlog); w/ mem: context"
+        " reads with a long-term memory block"
+    )
     print()
     figures, ok = result["figures"], result["meets_target"]
     for key, (op, target) in TARGETS.items():
         mark = "ok  " if ok[key] else "MISS"
         print(f"  {mark} {key:<18} {figures[key]:>10.2f}   target {op} {target:g}")
+    backlog = result["backlog_after_phases"]
+    drained = backlog["drained_s"]
+    print(
+        f"  worker backlog after the phases: {backlog['jobs']} jobs, "
+        + (f"done {drained:.1f} s later" if drained is not None else "not done in time")
+    )
     print(
         f"  warm restart (same data): {result['warm_start_s']:.2f} s; "
         f"server RSS after load: {result['server_rss_mib']} MiB"
@@ -472,6 +548,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="MNEMO_EMBEDDED_WORKER=false: measure the API alone",
     )
+    parser.add_argument(
+        "--in-process-worker",
+        action="store_true",
+        help="MNEMO_WORKER_PROCESS=false: the job worker inside the API process",
+    )
     args = parser.parse_args(argv)
     preset = FULL if args.full else DEFAULTS
     for key, value in preset.items():
@@ -490,6 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Other work on the machine skews every figure: recorded, not prevented.
     load_before = _loadavg()
     extra_env = {"MNEMO_EMBEDDED_WORKER": "false"} if args.no_worker else {}
+    if args.in_process_worker:
+        extra_env["MNEMO_WORKER_PROCESS"] = "false"
     with running_service(
         database_url=args.database_url, extra_env=extra_env, workers=args.workers
     ) as service:
@@ -513,6 +596,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "seed",
                 "full",
                 "no_worker",
+                "in_process_worker",
                 "workers",
                 "client_cpus",
             )

@@ -4,7 +4,8 @@
                           [--targets mem0_http,mem0_iter_http,mnemo] [-- HARNESS ARGS…]
 
 For each embedder setting this starts a fresh ``mnemo serve`` (embedded Postgres in a
-temporary directory, its worker in-process, as a user would start it) and runs the
+temporary directory, its job worker in a child process, as a user would start it;
+``--in-process-worker`` runs it inside the API process instead) and runs the
 harness against it, unchanged, with the mem0 venv's Python:
 
 - ``default``: Mnemo with its default embedder (``use``, the multilingual USE model,
@@ -100,6 +101,8 @@ def run_setting(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
                 "MNEMO_EMBEDDING_API_KEY": "sk-fake-local",
             }
             extra_pids.append(pid)
+        if args.in_process_worker:
+            env["MNEMO_WORKER_PROCESS"] = "false"
         service = stack.enter_context(running_service(extra_env=env, workers=args.workers))
         print(f"[{name}] mnemo serve ready at {service.base_url}", file=sys.stderr)
         cmd = [
@@ -230,6 +233,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--harness", type=Path, default=find_harness())
     parser.add_argument("--targets", default=f"mem0_http,{PEER},mnemo")
     parser.add_argument("--workers", type=int, default=1, help="`mnemo serve --workers N`")
+    parser.add_argument(
+        "--in-process-worker",
+        action="store_true",
+        help="MNEMO_WORKER_PROCESS=false: the job worker inside the API process",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per harness run")
     parser.add_argument("harness_args", nargs="*", help="after --: passed to the harness")
     args = parser.parse_args(argv)
@@ -251,7 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # able to reach its data directory below this one.
         Path(tmp).chmod(0o755)
         for name in args.settings:
-            summaries.append(summarise(name, run_setting(name, args, Path(tmp))))
+            summary = summarise(name, run_setting(name, args, Path(tmp)))
+            summaries.append(summary | {"worker_process": not args.in_process_worker})
     (args.out_dir / "peers.json").write_text(json.dumps(summaries, indent=2) + "\n")
     for summary in summaries:
         print_summary(summary)

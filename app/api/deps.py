@@ -17,6 +17,7 @@ from app.core.permissions import sees_session
 from app.services.auth import Guard
 from app.stores import tasks as tasks_store
 from app.stores.api_keys import Principal
+from app.stores.engine import autocommit
 
 
 async def get_settings(request: Request) -> Settings:
@@ -70,8 +71,7 @@ async def read_connection(
     round trips of a request. Each statement is its own snapshot (and transaction); a
     read that needs transaction-local settings opens a transaction of its own
     (``stores.memories.vector_search``)."""
-    async with engine.connect() as conn:
-        await conn.execution_options(isolation_level="AUTOCOMMIT")
+    async with autocommit(engine) as conn:
         yield conn
 
 

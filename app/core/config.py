@@ -45,7 +45,19 @@ class Settings(BaseSettings):
     )
     bootstrap_tenant: str = Field(default="default", description="The tenant of that key.")
     embedded_worker: bool = Field(
-        default=True, description="Run the job worker inside `mnemo serve`."
+        default=True, description="`mnemo serve` runs the job worker (false: run `mnemo worker`)."
+    )
+    worker_process: bool = Field(
+        default=True,
+        description="`mnemo serve` runs that job worker as a child process of its own, so"
+        " embedding and compression never hold the API process's CPU (false: inside it).",
+    )
+    worker_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="The niceness of that child process: on a busy machine the API is served"
+        " first, and the jobs take the CPU it leaves (0: equal footing).",
     )
 
     # Context assembly
@@ -94,6 +106,15 @@ class Settings(BaseSettings):
         ge=0,
         le=65535,
         description="`mnemo worker` serves /metrics on this port (unset: no metrics server).",
+    )
+    worker_metrics_host: str = Field(
+        default="0.0.0.0",  # a scrape target; `mnemo serve` binds its own worker's to loopback
+        description="The address that metrics server binds.",
+    )
+    worker_metrics_url: str | None = Field(
+        default=None,
+        description="The API's /metrics adds the job worker's counters read from this URL"
+        " (`mnemo serve` sets it for the worker it starts).",
     )
     worker_concurrency: int = Field(default=2, ge=1, le=64)
     # The rule extractor runs in a child process; past this it is killed and the

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 TOKEN_BUCKETS = (64, 128, 256, 512, 1000, 2000, 2500, 4000, 8000, 16000, 32000, 64000, 128000)
@@ -115,3 +117,38 @@ def set_queue_gauges(metrics: Metrics, counts: Iterable[tuple[str, int, float]])
         metrics.queue_depth.labels(status).set(seen[status][0] if status in seen else 0)
     queued = seen.get("queued")
     metrics.queue_oldest_age.set(float(queued[1]) if queued else 0.0)
+
+
+def merge_expositions(texts: Sequence[str]) -> bytes:
+    """Several processes' Prometheus text expositions as one, the first process's first:
+    counters and histograms add up sample by sample (an API process and the job worker
+    beside it count different events of the same metric, e.g. misses); a gauge keeps the
+    first value given for its labels (the queue gauges are set by the API process only),
+    except a ``_created`` timestamp, which keeps the earliest."""
+    families: dict[str, Metric] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            merged = families.setdefault(
+                family.name, Metric(family.name, family.documentation, family.type, family.unit)
+            )
+            samples = values.setdefault(merged.name, {})
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                if key not in samples:
+                    samples[key] = sample.value
+                elif sample.name.endswith("_created"):
+                    samples[key] = min(samples[key], sample.value)
+                elif family.type != "gauge":
+                    samples[key] += sample.value
+    for name, merged in families.items():
+        for (sample_name, labels), value in values[name].items():
+            merged.add_sample(sample_name, dict(labels), value)
+
+    class Merged:
+        def collect(self) -> Iterator[Metric]:
+            return iter(families.values())
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Merged())
+    return generate_latest(registry)

@@ -35,6 +35,7 @@ from app.services.jobs import JobContext, job
 from app.services.memories import text_key
 from app.stores import memories as repo
 from app.stores import queue, sessions
+from app.stores.engine import autocommit
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ async def embed_memories(ctx: JobContext, deps: MemoryDeps) -> None:
     """Vectors for a user's memories that have none yet, a batch per transaction."""
     user_pk = int(ctx.job.payload["user_pk"])
     while True:
-        async with ctx.engine.connect() as conn:
+        async with autocommit(ctx.engine) as conn:  # one read: no BEGIN/ROLLBACK
             pending = await repo.pending_embeddings(conn, user_pk=user_pk, batch=EMBED_BATCH)
         if not pending:
             return

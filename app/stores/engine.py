@@ -8,7 +8,9 @@ them back decoded, through SQLAlchemy or through the driver directly.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -113,3 +115,18 @@ async def driver_connection(conn: AsyncConnection) -> asyncpg.Connection:
     raw = fairy.driver_connection
     assert isinstance(raw, asyncpg.Connection)
     return raw
+
+
+@contextlib.asynccontextmanager
+async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection in autocommit, for reads and for a write that is one statement.
+
+    SQLAlchemy's asyncpg adapter otherwise sends ``BEGIN`` before the first statement
+    and ``ROLLBACK`` (or ``COMMIT``) when the connection goes back to the pool: two of
+    the three round trips of a one-statement job claim or read. Each statement is its
+    own snapshot and transaction (a single statement is atomic); the isolation level
+    is reset when the connection returns to the pool (client side, no round trip).
+    """
+    async with engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        yield conn

@@ -34,7 +34,11 @@ N = 10_000  # the issue's size for the digit and newline reproductions
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     data_dir = tmp_path_factory.mktemp("hostile")
-    running = start_server(data_dir, env={"MNEMO_EMBEDDER": "hash"})
+    # The worker inside the API process (MNEMO_WORKER_PROCESS=false): the shape where a
+    # slow compression could stall the API, and the one these findings were made on.
+    running = start_server(
+        data_dir, env={"MNEMO_EMBEDDER": "hash", "MNEMO_WORKER_PROCESS": "false"}
+    )
     try:
         yield running
     finally:

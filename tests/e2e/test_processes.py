@@ -8,6 +8,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -243,7 +244,7 @@ def test_serve_workers_runs_api_processes_and_one_job_worker(data_dir: Path) -> 
     try:
         children = _descendants(server.process.pid)
         commands = [_cmdline(pid) for pid in children]
-        job_workers = [pid for pid in children if _cmdline(pid)[-1:] == ["worker"]]
+        job_workers = [pid for pid in children if _is_job_worker(pid)]
         api_processes = [c for c in commands if any("spawn_main" in part for part in c)]
         assert len(job_workers) == 1, commands
         assert len(api_processes) == 2, commands
@@ -254,7 +255,7 @@ def test_serve_workers_runs_api_processes_and_one_job_worker(data_dir: Path) -> 
             replaced = [
                 pid
                 for pid in _descendants(server.process.pid)
-                if _cmdline(pid)[-1:] == ["worker"] and pid != job_workers[0] and _alive(pid)
+                if _is_job_worker(pid) and pid != job_workers[0] and _alive(pid)
             ]
             if replaced:
                 break
@@ -285,6 +286,91 @@ def test_serve_workers_runs_api_processes_and_one_job_worker(data_dir: Path) -> 
     while time.monotonic() < deadline and any(_alive(pid) for pid in children):
         time.sleep(0.1)
     assert not [_cmdline(pid) for pid in children if _alive(pid)]
+
+
+def test_serve_runs_its_job_worker_in_a_child_process(data_dir: Path) -> None:
+    """Plain `mnemo serve`: this process answers HTTP, one supervised `mnemo worker` child
+    runs the jobs (the compression below), and SIGTERM stops the child and the embedded
+    Postgres with the server."""
+    server = start_server(data_dir, env=SMALL_WINDOW)
+    try:
+        children = _descendants(server.process.pid)
+        assert [_is_job_worker(pid) for pid in children] == [True], [_cmdline(p) for p in children]
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            _compress_one_session(c)
+            # /metrics has the worker's counters beside the API process's own.
+            metrics = c.get("/metrics").text
+            assert re.search(r"^mnemo_compressions_total\{.*\} [1-9]", metrics, re.M), metrics
+            assert re.search(r"^mnemo_jobs_total\{.*\} [1-9]", metrics, re.M)
+            assert re.search(r"^mnemo_turns_ingested_total [1-9]", metrics, re.M)
+    finally:
+        server.stop()
+    assert server.process.returncode is not None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+        time.sleep(0.1)
+    assert not [_cmdline(pid) for pid in children if _alive(pid)]
+    assert not (data_dir / "pg" / "postmaster.pid").exists()
+
+
+def test_a_killed_serve_leaves_no_job_worker_behind(data_dir: Path) -> None:
+    """SIGKILL gives `mnemo serve` no chance to stop its worker: the worker notices it was
+    orphaned and stops by itself (the embedded Postgres stays, by design: the fixture
+    stops it)."""
+    server = start_server(data_dir, env=SMALL_WINDOW)
+    [job_worker] = [pid for pid in _descendants(server.process.pid) if _is_job_worker(pid)]
+    server.kill()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _alive(job_worker):
+        time.sleep(0.1)
+    assert not _alive(job_worker), _cmdline(job_worker)
+
+
+def test_a_worker_whose_supervisor_is_already_gone_stops(data_dir: Path) -> None:
+    """The supervisor's pid is given, not read at start: a `mnemo serve` killed while its
+    worker was still starting is noticed too (here the pid is not the parent at all)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMO_")}
+    env |= SMALL_WINDOW | {"MNEMO_DATA_DIR": str(data_dir)}
+    gone = subprocess.run(
+        [sys.executable, "-m", "app.cli", "worker", "--supervised-by", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert gone.returncode == 0, gone.stderr
+    assert "the supervising process is gone" in gone.stderr
+
+
+def test_serve_can_keep_its_job_worker_in_process(data_dir: Path) -> None:
+    """MNEMO_WORKER_PROCESS=false: one process, which still runs the jobs."""
+    server = start_server(data_dir, env=SMALL_WINDOW | {"MNEMO_WORKER_PROCESS": "false"})
+    try:
+        assert not [p for p in _descendants(server.process.pid) if _is_job_worker(p)]
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            _compress_one_session(c)
+    finally:
+        server.stop()
+    assert not (data_dir / "pg" / "postmaster.pid").exists()
+
+
+def _compress_one_session(c: httpx.Client) -> None:
+    for b in range(BATCHES):
+        r = c.post("/v1/sessions/w0/turns", json={"user_id": "u", "messages": _batch(0, b)})
+        assert r.status_code == 201, r.text
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        session = c.get("/v1/sessions/w0").json()
+        if session["compressions"] and not session["pending_jobs"]:
+            break
+        time.sleep(0.3)
+    assert session["compressions"] >= 1, session
+
+
+def _is_job_worker(pid: int) -> bool:
+    """The `mnemo worker` a `mnemo serve` supervises."""
+    return _cmdline(pid)[-3:-1] == ["worker", "--supervised-by"]
 
 
 def _descendants(pid: int) -> list[int]:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import logging
 
+import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import DBAPIError
 
 from app.api.deps import EngineDep
-from app.core.metrics import Metrics, set_queue_gauges
+from app.core.metrics import Metrics, merge_expositions, set_queue_gauges
 from app.stores import queue
 from app.stores.migrate import schema_version
 
 log = logging.getLogger(__name__)
+WORKER_METRICS_TIMEOUT_S = 2.0
 router = APIRouter(tags=["operations"])
 
 
@@ -61,4 +63,13 @@ async def metrics(request: Request, engine: EngineDep) -> Response:
         set_queue_gauges(registry, [(s.status, s.n, s.age_s) for s in stats])
     except (OSError, DBAPIError) as exc:  # the process metrics are still worth serving
         log.warning("queue gauges not refreshed: %s", exc)
-    return Response(generate_latest(registry.registry), media_type=CONTENT_TYPE_LATEST)
+    body = generate_latest(registry.registry)
+    url = request.app.state.settings.worker_metrics_url
+    if url:  # `mnemo serve`'s job worker, a process of its own: its counters too
+        try:
+            worker = await request.app.state.http.get(url, timeout=WORKER_METRICS_TIMEOUT_S)
+            worker.raise_for_status()
+            body = merge_expositions([body.decode(), worker.text])
+        except httpx.HTTPError as exc:
+            log.warning("the job worker's metrics are missing: %s", exc)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
