@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app.compression.extract.base import MOVED_ON
@@ -321,7 +321,7 @@ def _used_values(state: TaskState, kinds: Mapping[str, ToolKind] | None) -> Used
 
 
 @dataclass(frozen=True, slots=True)
-class _Change:
+class ValueChange:
     old: re.Pattern[str]
     current: re.Pattern[str]
     name: str
@@ -381,7 +381,7 @@ _REPLACED = re.compile(
 )
 
 
-def _changes(state: TaskState, kinds: Mapping[str, ToolKind] | None = None) -> list[_Change]:
+def _changes(state: TaskState, kinds: Mapping[str, ToolKind] | None = None) -> list[ValueChange]:
     pairs = [(p.name, p.value, old.value) for p in state.parameters for old in p.history]
     # A value a later write replaced on the same object (an update of a booking, a
     # batch, a rule) has changed too, whether or not anyone said so in words.
@@ -391,19 +391,24 @@ def _changes(state: TaskState, kinds: Mapping[str, ToolKind] | None = None) -> l
         if m is not None:
             new, old = m["new"] or m["new2"], m["old"] or m["old2"]
             pairs.append((new, new, old))
-    out = []
-    for name, value, was in pairs:
-        current, pattern = _value_pattern(value), _value_pattern(was)
-        if pattern is not None and current is not None and not pattern.search(value):
-            out.append(_Change(pattern, current, name, value))
-    return out
+    return [c for name, value, was in pairs if (c := change_of(name, value, was)) is not None]
+
+
+def change_of(name: str, value: str, was: str) -> ValueChange | None:
+    """How to find ``was`` where it still stands for ``name`` (now ``value``); None
+    when ``was`` is too short to find safely or ``value`` contains it."""
+    current, pattern = _value_pattern(value), _value_pattern(was)
+    if pattern is not None and current is not None and not pattern.search(value):
+        return ValueChange(pattern, current, name, value)
+    return None
 
 
 # The renderer's own marks of a replaced value: a line carrying one says so already.
 _MARKED = re.compile(r"\(was |（原为|\(原为| instead of |改为|不再是|\(changed:|（已调整")
 
 
-def _annotate(text: str, changes: list[_Change], lab: dict[str, str]) -> str:
+def annotate(text: str, changes: Sequence[ValueChange], lab: Mapping[str, str]) -> str:
+    """``text`` with a "(changed: … is now …)" mark for each old value it still names."""
     for change in changes:
         if change.old.search(text) and not (change.current.search(text) and _MARKED.search(text)):
             label = "changed_to" if change.name == change.value else "changed"
@@ -582,7 +587,7 @@ def _sections(
     if changes:
         for line in actions.lines:
             if not line.text.startswith((lab["done"], lab["failed"], lab["called"])):
-                line.text = _annotate(line.text, changes, lab)
+                line.text = annotate(line.text, changes, lab)
         for section in (
             goal,
             constraints,
@@ -596,7 +601,7 @@ def _sections(
             notes,
         ):
             for line in section.lines:
-                line.text = _annotate(line.text, changes, lab)
+                line.text = annotate(line.text, changes, lab)
     return [
         goal,
         constraints,

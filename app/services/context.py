@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.compression.live import LiveTurn, apply_changes, has_parameters, live_changes
 from app.compression.notice import with_notice
 from app.context.pack import Block, RecentTurn, as_text, choose_tier, pack, window_tokens
 from app.core.errors import NotFound
@@ -25,7 +26,7 @@ from app.services.context_memories import (
     recent_user_texts,
     top_k_for,
 )
-from app.stores.context import read_context
+from app.stores.context import read_context, read_live_user_turns
 from app.stores.engine import driver_connection
 
 # Live turns fetched by the first read. A budget is usually full long before; a
@@ -62,6 +63,29 @@ def reachable(rows: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any
             if heads >= max_tokens:
                 return rows[: i + 1]
     return rows
+
+
+async def _as_of_live_turns(
+    db: asyncpg.Connection,
+    renderings: list[str],
+    rows: list[dict[str, Any]],
+    *,
+    session_pk: int,
+) -> list[str]:
+    """The renderings with the parameter changes of the live turns applied
+    (``compression/live.py``): a value changed after the last compression is never
+    shown as current, whether or not its turn fits the budget. Live turns older than
+    the ones read for packing are read only when the state has parameters."""
+    if not has_parameters(renderings[0]):
+        return renderings
+    turns = [LiveTurn(t["seq"], t["role"], t["content"]) for t in rows]
+    if len(rows) >= FIRST_PAGE:  # read for packing, not all: older live turns may be left
+        older = await read_live_user_turns(
+            db, session_pk=session_pk, before_seq=rows[-1]["seq"], limit=RECENT_FETCH_LIMIT
+        )
+        turns += [LiveTurn(t["seq"], "user", t["content"]) for t in older]
+    changes = live_changes(renderings[0], turns)
+    return [apply_changes(r, changes) for r in renderings] if changes else renderings
 
 
 @dataclass(frozen=True)
@@ -171,7 +195,9 @@ async def build_context(
     room -= count_tokens(shared.text + "\n\n") if shared.text else 0
     # The change notice is the first thing to go: each rendering with it, then without.
     line = head["notice"] if notice and head["notice"] else ""
-    renderings = [head["rendered"], *(head["renderings"] or ())]
+    renderings = await _as_of_live_turns(
+        db, [head["rendered"], *(head["renderings"] or ())], rows, session_pk=head["id"]
+    )
     options = [v for t in renderings for v in dict.fromkeys((with_notice(t, line), t))]
     state = choose_tier(
         Block("task_state", options[0], tiers=tuple(options[1:])), room, count_tokens

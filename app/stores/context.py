@@ -49,3 +49,21 @@ async def read_context(
 ) -> asyncpg.Record | None:
     """The session's head and its live turns ``offset`` … ``offset + limit`` newest first."""
     return await db.fetchrow(CONTEXT_READ, tenant, session, limit, offset)
+
+
+# live_user_turns: a session's live user turns older than a seq, newest first: the
+# context read checks them for changes its task state does not show yet.
+LIVE_USER_TURNS = """
+    SELECT seq, content FROM turns
+     WHERE session_id = $1 AND NOT compacted AND seq < $2 AND role = 'user'
+     ORDER BY seq DESC
+     LIMIT $3
+"""
+
+
+async def read_live_user_turns(
+    db: asyncpg.Connection, *, session_pk: int, before_seq: int, limit: int
+) -> list[asyncpg.Record]:
+    """Live user turns of the session older than ``before_seq``, at most ``limit``."""
+    rows: list[asyncpg.Record] = await db.fetch(LIVE_USER_TURNS, session_pk, before_seq, limit)
+    return rows

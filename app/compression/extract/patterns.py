@@ -204,6 +204,8 @@ PARAM_NAME_STOP = re.compile(
     # discourse labels that introduce speech, not a setting
     r"|heads[ -]?up|fun fact|side note|btw|by the way|psa|quick question|random thought|off topic"
     r"|just so you know|news|confession|story|true story"
+    # the verb of "the rate limit went from A to B", when "limit" was read as the verb
+    r"|went|goes|gone|moved|moves|changed|changes|jumped|dropped|rose|fell|is|was|are|were"
     r"|我|你|您|他|她|它|这|那|这个|那个|我们|你们|他们|步骤|注意|问题|答案|备注|提醒|待办|目标|任务|结果|原因|下一步|时间)$",
     _I,
 )

@@ -6,6 +6,7 @@ import pytest
 
 from app.compression.extract.changes import Change, change_units, reversal, value_change
 from app.compression.extract.context import Context, Ref
+from tests.unit.compression.helpers import extract, of_kind, user
 
 VALUE_CHANGES = [
     ("The deadline moved from May 2 to May 9.", Change("deadline", "May 2", "May 9")),
@@ -131,3 +132,19 @@ def test_a_pinned_sentence_that_states_a_change_is_pinned_as_the_change() -> Non
     [pinned] = state.high_stakes
     assert "6月8日" in pinned.text and "原为 6月1日" in pinned.text
     assert "6月1日去不了" not in render(state, language="zh")
+
+
+@pytest.mark.parametrize(
+    ("said", "name", "old", "new"),
+    [
+        ("The rate limit went from 100 to 250.", "rate limit", "100", "250"),
+        ("Our spending cap moved from $500 to $800.", "spending cap", "$500", "$800"),
+    ],
+)
+def test_a_name_ending_in_a_setting_verb_is_not_read_as_the_verb(
+    said: str, name: str, old: str, new: str
+) -> None:
+    # "limit"/"cap" are also verbs of setting ("limit X to Y"); the word after them
+    # here is the verb of the change, not a parameter's name.
+    params = of_kind(extract([user(1, said)]), "parameter")
+    assert [(p.name, p.previous, p.value) for p in params] == [(name, old, new)]
