@@ -16,6 +16,10 @@ state fits its budget.
 * ``COMPACT`` — every call grouped by tool, ids only; failures clipped.
 * ``MINIMAL`` — which tools were called, how often: existence without detail.
 
+At every level a lookup keeps the ids its calls obtained (an order found by
+email, an export's file id), each call's own: like a write's ids, they are what
+the agent would otherwise have to fetch again.
+
 Every line still starts with its status marker ("Done", "Failed", "Called").
 """
 
@@ -324,7 +328,8 @@ def read_lines(
             extra += _used_values(calls, used)
         if extra:
             text += f" ({'; '.join(extra)})"
-        obtained = _obtained(calls) if detail < Detail.MINIMAL else []
+        # What a lookup obtained is kept at every detail level, as a write's ids are.
+        obtained = _obtained(calls)
         if obtained:
             text += f" → {', '.join(obtained)}"
         entries.append(LedgerLine(text, max(a.seq for a in calls)))
@@ -342,18 +347,27 @@ _OBTAINED_IDS = 2
 
 
 def _obtained(calls: Sequence[Action]) -> list[str]:
-    """The ids the newest successful call of a lookup obtained: an agent that loses
-    them has to look them up again."""
-    done = [a for a in calls if a.status == "done"]
-    if not done:
-        return []
-    newest = done[-1]
-    given = set(_values(newest.arguments))
+    """The ids the successful calls of a lookup obtained, each call's own: an agent
+    that loses them has to look them up again. Three orders looked up by three
+    emails are three ids, whichever came last; the newest ``_MAX_VALUES`` distinct
+    ones, as ``key=v1|v2`` per key."""
+    found: dict[str, dict[str, None]] = {}
+    for call in calls:
+        for part in _obtained_by(call) if call.status == "done" else ():
+            key, value = _split_ref(part)
+            values = found.setdefault(key, {})
+            values.pop(value, None)  # a value obtained again counts as the newest
+            values[value] = None
+    return [f"{key}={'|'.join(list(values)[-_MAX_VALUES:])}" for key, values in found.items()]
+
+
+def _obtained_by(call: Action) -> list[str]:
+    given = set(_values(call.arguments))
     # Ids of the result itself, not of the hits of a list it holds.
-    top = {path.split(".")[-1] for path in newest.ref_paths if "[" not in path}
+    top = {path.split(".")[-1] for path in call.ref_paths if "[" not in path}
     found = [
         part
-        for part in refs(newest)
+        for part in refs(call)
         if _split_ref(part)[0] in top and _split_ref(part)[1] not in given
     ]
     return found if len(found) <= _OBTAINED_IDS else []

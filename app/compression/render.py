@@ -22,12 +22,12 @@ important detail goes first, in this order, until the block fits:
 1. revoked items, facts, notes, answered questions, artifacts, closed todos;
 2. older writes shortened to their ids and a clipped outcome;
 3. decisions, blockers; every write shortened;
-4. lookups reduced to one line of counts, writes to ``tool(ids) → ids``;
-   then preferences and whole lines by priority (open todos, the goal).
+4. lookups reduced to one line of counts and the ids they obtained, writes to
+   ``tool(ids) → ids``; then preferences and the goal.
 
-Constraints, pinned facts, pending confirmations, current parameters and the
-ledger are never
-dropped, even if the block then exceeds the budget. ``render_tiers`` renders
+Constraints, pinned facts, pending confirmations, open todos, current
+parameters and the ledger are never dropped, even if the block then exceeds
+the budget. ``render_tiers`` renders
 the state at shrinking budgets, so the context read can choose without
 rendering.
 """
@@ -147,8 +147,6 @@ _PRIORITY = {
     "blockers": 4.0,
     # Above the COMPACT level's threshold: lookups shrink to counts first.
     "preferences": 5.6,
-    # Work still owed outlives the record of work done.
-    "todos": 6.8,
     "goal": 8.0,
 }
 
@@ -558,7 +556,9 @@ def _sections(
         text = f"- {t.text}"
         if t.missing_prerequisites:
             text += lab["missing"].format(items=lab["sep"].join(t.missing_prerequisites))
-        todos.lines.append(_Line(text, _PRIORITY["todos"], t.activity, t.last_seen))
+        # Work still owed is never dropped either: an agent that no longer sees it
+        # (or what it waits for) either forgets it or does it too early.
+        todos.lines.append(_Line(text, NEVER_DROP, t.activity, t.last_seen))
     blockers = _Section(
         lab["blockers"],
         [

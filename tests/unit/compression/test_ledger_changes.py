@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from app.compression.ledger import updated_values
+import pytest
+
+from app.compression.ledger import Detail, ledger_lines, updated_values
 from app.compression.merge import merge
-from app.compression.render import render
+from app.compression.render import LABELS, render
 from app.compression.state import TaskState
 
 from .helpers import call, extract, result, user
@@ -73,3 +75,51 @@ def test_a_lookup_keeps_the_id_it_obtained_but_a_search_lists_no_hits() -> None:
     assert parcel.startswith("Looked up ") and parcel.endswith("→ parcel_id=PX-40912")
     lockers = next(line for line in lines if "search_lockers" in line)
     assert "LK-1" not in lockers and "LK-2" not in lockers
+
+
+def _lookups_by_email() -> TaskState:
+    turns = [user(0, "Three customers wrote in about late deliveries; find their parcels.")]
+    for i, email in enumerate(("ana@example.org", "bo@example.org", "cy@example.org")):
+        turns += [
+            call(10 * i + 1, f"c{i}", "lookup_parcel", {"email": email}),
+            result(10 * i + 2, f"c{i}", {"parcel_id": f"PX-{40912 + i}", "state": "late"}),
+        ]
+    return _state(*turns)
+
+
+@pytest.mark.parametrize("detail", list(Detail), ids=lambda d: d.name)
+def test_a_grouped_lookup_keeps_the_id_each_call_obtained(detail: Detail) -> None:
+    lines = ledger_lines(_lookups_by_email().actions, LABELS["en"], detail)
+    parcel = next(line.text for line in lines if "lookup_parcel" in line.text)
+    assert all(f"PX-{40912 + i}" in parcel for i in range(3)), parcel
+
+
+def test_a_grouped_lookup_keeps_the_newest_of_many_ids() -> None:
+    turns = []
+    for i in range(9):
+        turns += [
+            call(10 * i + 1, f"c{i}", "lookup_parcel", {"email": f"p{i}@example.org"}),
+            result(10 * i + 2, f"c{i}", {"parcel_id": f"PX-{500 + i}", "state": "late"}),
+        ]
+    lines = ledger_lines(_state(*turns).actions, LABELS["en"], Detail.COMPACT)
+    parcel = next(line.text for line in lines if "lookup_parcel" in line.text)
+    assert parcel.endswith("→ parcel_id=PX-503|PX-504|PX-505|PX-506|PX-507|PX-508"), parcel
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_a_lookup_that_failed_once_then_succeeded_keeps_its_id_at_every_level(
+    language: str,
+) -> None:
+    state = _state(
+        user(0, "Pull last night's export from the vendor."),
+        call(1, "c1", "fetch_export", {"path": "/exports/nightly.csv"}),
+        result(2, "c1", {"status": "error", "message": "connection reset by peer"}),
+        call(3, "c2", "fetch_export", {"path": "/exports/nightly.csv"}),
+        result(4, "c2", {"file_id": "F-7731", "status": "ok", "rows": 1200}),
+        call(5, "c3", "run_query", {"sql": "select count(*) from staging"}),
+        result(6, "c3", {"rows": [[1200]]}),
+    )
+    for detail in Detail:
+        lines = ledger_lines(state.actions, LABELS[language], detail)
+        fetch = next(line.text for line in lines if "fetch_export" in line.text)
+        assert fetch.startswith(LABELS[language]["read"]) and "F-7731" in fetch, (detail, fetch)

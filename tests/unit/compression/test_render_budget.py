@@ -15,6 +15,7 @@ from app.compression.state import (
     ParameterUnit,
     PendingUnit,
     TaskState,
+    TodoUnit,
     Unit,
 )
 from app.core.tokens import count_tokens
@@ -163,3 +164,22 @@ def test_a_line_already_holding_the_new_value_is_left_alone() -> None:
     ]
     text = render(merge(TaskState(), units), language="en")
     assert "changed:" not in text
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_an_open_todo_and_what_it_waits_for_survive_the_tightest_budget(language: str) -> None:
+    todo = TodoUnit(
+        text="rotate the signing keys",
+        missing_prerequisites=["the security sign-off"],
+        source_seqs=[5],
+    )
+    done = TodoUnit(text="draft the release notes", status="done", source_seqs=[6])
+    state = merge(busy_state(), [todo, done])
+    lab = LABELS[language]
+    line = "- rotate the signing keys" + lab["missing"].format(items="the security sign-off")
+    for budget in (100, 60, 1):
+        lines = render(state, language=language, max_tokens=budget).splitlines()
+        assert line in lines, (budget, lines)
+    assert all(
+        line in t.splitlines() for t in render_tiers(state, language=language, max_tokens=900)
+    )
