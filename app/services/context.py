@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.compression.live import LiveTurn, apply_changes, has_parameters, live_changes
+from app.compression.live import LiveTurn, apply_changes, live_changes, may_change
 from app.compression.notice import with_notice
 from app.context.pack import Block, RecentTurn, as_text, choose_tier, pack, window_tokens
 from app.core.errors import NotFound
@@ -76,7 +76,7 @@ async def _as_of_live_turns(
     (``compression/live.py``): a value changed after the last compression is never
     shown as current, whether or not its turn fits the budget. Live turns older than
     the ones read for packing are read only when the state has parameters."""
-    if not has_parameters(renderings[0]):
+    if not may_change(renderings[0]):
         return renderings
     turns = [LiveTurn(t["seq"], t["role"], t["content"]) for t in rows]
     if len(rows) >= FIRST_PAGE:  # read for packing, not all: older live turns may be left

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.compression.extract.rules import extract_units
-from app.compression.live import LiveTurn, apply_changes, has_parameters, live_changes
+from app.compression.live import LiveTurn, apply_changes, live_changes, may_change
 from app.compression.merge import merge
 from app.compression.render import render, render_tiers
 from app.compression.state import TaskState
@@ -113,11 +113,31 @@ def test_only_user_turns_change_values() -> None:
     assert live_changes(before, _live(later)) == []
 
 
-def test_a_state_without_parameters_costs_nothing() -> None:
+def test_a_value_the_state_never_showed_is_not_stale() -> None:
     before = render(_state([user(1, "We need to prepare the quarterly sales report.")]))
-    assert not has_parameters(before)
+    assert may_change(before)  # it has a goal
     assert live_changes(before, _live([user(2, "Set the page limit to 12.")])) == []
     assert live_changes("", _live([user(2, "Set the page limit to 12.")])) == []
+
+
+GOALS = [
+    (EN_OPENING, "Change of plans: my goal is now to prepare the annual report."),
+    (EN_OPENING, "Our new objective is to brief the auditors."),
+    (ZH_OPENING, "计划有变，新任务：准备年度审计材料。"),
+]
+
+
+@pytest.mark.parametrize(("opening", "said"), GOALS)
+def test_a_goal_restated_live_reads_as_the_next_compression_renders_it(
+    opening: list[TurnView], said: str
+) -> None:
+    before = render(_state(opening))
+    later = [user(6, said), assistant(7, "OK.")]
+    overlaid = apply_changes(before, live_changes(before, _live(later)))
+    compressed = render(_state([*opening, *later]))
+    goal = overlaid.split("\n")[1]
+    assert goal == compressed.split("\n")[1] and goal != before.split("\n")[1], goal
+    assert _params(overlaid) == _params(before)
 
 
 def test_other_lines_naming_the_old_value_are_marked_and_the_ledger_is_not() -> None:
