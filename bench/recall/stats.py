@@ -63,8 +63,12 @@ def analyse(run: Run, budget: int) -> dict[str, Any]:
         item["seq"] = seqs[planted.turn_ids[0]]
         if not item["ok"]:
             # Still live (not compressed yet) but pushed out of the packed recent turns,
+            # or packed while the state contradicts it (an old value shown as current),
             # or compressed and then not shown by the state.
-            item["cause"] = "live_not_packed" if item["seq"] > through else "compressed_not_shown"
+            if item["seq"] <= through:
+                item["cause"] = "compressed_not_shown"
+            else:
+                item["cause"] = "live_state_stale" if item["via_raw"] else "live_not_packed"
             item["in_state_json"] = in_state_json(planted, run.state)
     return {
         "session_id": s.session_id,
