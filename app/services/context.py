@@ -70,18 +70,24 @@ async def _as_of_live_turns(
     renderings: list[str],
     rows: list[dict[str, Any]],
     *,
+    tenant: str,
     session_pk: int,
 ) -> list[str]:
-    """The renderings with the parameter changes of the live turns applied
+    """The renderings with the parameter and goal changes of the live turns applied
     (``compression/live.py``): a value changed after the last compression is never
-    shown as current, whether or not its turn fits the budget. Live turns older than
-    the ones read for packing are read only when the state has parameters."""
+    shown as current, whether or not its turn fits the budget. Live user turns older
+    than the page read for packing take one more indexed read, only when the state
+    shows parameters or a goal and the page was full."""
     if not may_change(renderings[0]):
         return renderings
     turns = [LiveTurn(t["seq"], t["role"], t["content"]) for t in rows]
     if len(rows) >= FIRST_PAGE:  # read for packing, not all: older live turns may be left
         older = await read_live_user_turns(
-            db, session_pk=session_pk, before_seq=rows[-1]["seq"], limit=RECENT_FETCH_LIMIT
+            db,
+            tenant=tenant,
+            session_pk=session_pk,
+            before_seq=rows[-1]["seq"],
+            limit=RECENT_FETCH_LIMIT,
         )
         turns += [LiveTurn(t["seq"], "user", t["content"]) for t in older]
     changes = live_changes(renderings[0], turns)
@@ -196,7 +202,11 @@ async def build_context(
     # The change notice is the first thing to go: each rendering with it, then without.
     line = head["notice"] if notice and head["notice"] else ""
     renderings = await _as_of_live_turns(
-        db, [head["rendered"], *(head["renderings"] or ())], rows, session_pk=head["id"]
+        db,
+        [head["rendered"], *(head["renderings"] or ())],
+        rows,
+        tenant=tenant,
+        session_pk=head["id"],
     )
     options = [v for t in renderings for v in dict.fromkeys((with_notice(t, line), t))]
     state = choose_tier(

@@ -54,16 +54,21 @@ async def read_context(
 # live_user_turns: a session's live user turns older than a seq, newest first: the
 # context read checks them for changes its task state does not show yet.
 LIVE_USER_TURNS = """
-    SELECT seq, content FROM turns
-     WHERE session_id = $1 AND NOT compacted AND seq < $2 AND role = 'user'
-     ORDER BY seq DESC
-     LIMIT $3
+    SELECT t.seq, t.content
+      FROM turns t
+      JOIN sessions s ON s.id = t.session_id
+     WHERE s.tenant_id = $1 AND t.session_id = $2 AND NOT t.compacted AND t.seq < $3
+       AND t.role = 'user'
+     ORDER BY t.seq DESC
+     LIMIT $4
 """
 
 
 async def read_live_user_turns(
-    db: asyncpg.Connection, *, session_pk: int, before_seq: int, limit: int
+    db: asyncpg.Connection, *, tenant: str, session_pk: int, before_seq: int, limit: int
 ) -> list[asyncpg.Record]:
     """Live user turns of the session older than ``before_seq``, at most ``limit``."""
-    rows: list[asyncpg.Record] = await db.fetch(LIVE_USER_TURNS, session_pk, before_seq, limit)
+    rows: list[asyncpg.Record] = await db.fetch(
+        LIVE_USER_TURNS, tenant, session_pk, before_seq, limit
+    )
     return rows
