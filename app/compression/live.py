@@ -200,8 +200,9 @@ def _turn_units(text: str, held: _Held) -> _Said:
     params = [u for u in found if isinstance(u, ParameterUnit)]
     if held and not any(p.previous for p in params):
         language = "zh" if _CJK.search(text) else "en"
-        changed = [u for u in change_units(text, 0, ctx, language) if isinstance(u, ParameterUnit)]
-        params = changed or params
+        changed = change_units(text, 0, ctx, language)
+        if changed:  # a change of mind: the sentence rules' parameters are not kept
+            params = [u for u in changed if isinstance(u, ParameterUnit)]
     return _Said(tuple((p.name, p.value) for p in params), goal)
 
 

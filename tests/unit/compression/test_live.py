@@ -176,3 +176,19 @@ def test_a_value_from_a_turn_stays_one_line() -> None:
     )
     overlaid = apply_changes(before, changes)
     assert len(overlaid.split("\n")) == len(before.split("\n"))
+
+
+def test_a_turn_with_a_change_of_mind_yields_what_the_compressor_takes_from_it() -> None:
+    # The extractor takes a turn that reverses a choice as that change alone (its
+    # other sentences' settings are not kept); the overlay must not show more.
+    opening = [
+        user(1, "We need to book a hotel for the team offsite."),
+        user(2, "Set the hotel budget to 200."),
+        assistant(3, "Noted."),
+        user(4, "Let's compare Acme and Zenith."),
+        assistant(5, "OK."),
+    ]
+    before = render(_state(opening))
+    later = [user(6, "Set the hotel budget to 250. Skip Acme this time and go with Zenith.")]
+    overlaid = apply_changes(before, live_changes(before, _live(later)))
+    assert _params(overlaid) == _params(render(_state([*opening, *later])))
