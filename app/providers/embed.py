@@ -72,8 +72,8 @@ class QueryCache:
     worker indexing turns) are never cached: they would only push queries out.
 
     A text asked for while it is being embedded waits for that embedding instead of
-    starting another: a /context read starts its query's embedding before it reads
-    the session (``embed_ahead``), and its search then asks for the same text.
+    starting another: concurrent reads of one question (an agent reading its context
+    at several budgets at once, a retry) share one embedding.
     """
 
     def __init__(self, size: int = 1024) -> None:
@@ -132,14 +132,6 @@ async def embed_cached(
         return [list(hit)]
     # Shielded: a caller that gives up (cancelled) leaves the embedding to the others.
     return [list(await asyncio.shield(cache.flight(texts[0], embed)))]
-
-
-def embed_ahead(embedder: Embedder, text: str) -> None:
-    """Start embedding ``text`` now, for a later ``embedder.embed([text])`` to find
-    done or under way (the adapters' ``QueryCache``). Its failure, if any, is the later
-    call's to raise: it asks again."""
-    ahead = asyncio.ensure_future(embedder.embed([text]))
-    ahead.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 # --------------------------------------------------------------------------- USE

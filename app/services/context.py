@@ -19,13 +19,7 @@ from app.context.pack import Block, RecentTurn, as_text, choose_tier, pack, wind
 from app.core.errors import NotFound
 from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from app.providers.embed import Embedder
-from app.services.context_memories import (
-    MemoryRequest,
-    embed_query_ahead,
-    memory_block,
-    recent_user_texts,
-    top_k_for,
-)
+from app.services.context_memories import MemoryRequest, memory_block, recent_user_texts, top_k_for
 from app.stores.context import read_context, read_live_user_turns
 from app.stores.engine import driver_connection
 
@@ -159,9 +153,6 @@ async def build_context(
     notice: bool = True,
 ) -> Context:
     db = await driver_connection(conn)
-    explicit = query.strip() if query and query.strip() else None
-    if memory is not None:  # the query's vector is computed while the session is read
-        embed_query_ahead(memory.embedder, explicit, k=memory.memory_k)
     try:
         head = await read_context(db, tenant=tenant, session=session, limit=FIRST_PAGE, offset=0)
     except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError):
@@ -215,6 +206,7 @@ async def build_context(
     blocks = [shared, state]
     memory_ids: list[int] = []
     remainder = room - (count_tokens(state.text + "\n\n") if state.text else 0) - SLACK_TOKENS
+    explicit = query.strip() if query and query.strip() else None
     budget = (
         memory_budget(memory, remainder=remainder, explicit_query=explicit is not None)
         if memory is not None

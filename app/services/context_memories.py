@@ -36,7 +36,7 @@ from app.memories.bm25 import term_matcher
 from app.memories.fuse import mmr_by
 from app.memories.gate import build_query, needs_retrieval
 from app.memories.when import date_label
-from app.providers.embed import Embedder, embed_ahead
+from app.providers.embed import Embedder
 from app.services.memories import age_label, hybrid_search
 from app.stores import memories as repo
 from app.stores import sessions
@@ -96,15 +96,6 @@ def _hidden(m: MemoryRow, request: MemoryRequest) -> bool:
         m.session_id in request.hidden_sessions
         or m.source.get("session_id") in request.hidden_session_ids
     )
-
-
-def embed_query_ahead(embedder: Embedder | None, query: str | None, *, k: int | None) -> None:
-    """Start embedding an explicit ``query`` the search will embed (a question, not an
-    acknowledgement; candidates wanted), so that its vector is computed while the
-    session is read and the search's lexical leg runs: the search finds it done or
-    under way. Costs a wasted embedding when the user turns out to have no memories."""
-    if embedder is not None and query and k != 0 and needs_retrieval(query):
-        embed_ahead(embedder, query)
 
 
 def top_k_for(budget_tokens: int, floor: int) -> int:

@@ -8,7 +8,6 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
 
 import httpx
 import pytest
@@ -25,7 +24,6 @@ from app.providers.embed import (
     USEEmbedder,
     build_embedder,
     check_compatible,
-    embed_ahead,
     embed_cached,
 )
 from tests.unit.memories.retrieval_set import FACTS, QUERIES, recall
@@ -366,28 +364,3 @@ async def test_a_failed_embedding_fails_its_waiters_and_the_next_ask_retries() -
     assert attempts == ["q"]
     assert await embed_cached(cache, ["q"], embed) == [[0.0, 1.0]]
     assert attempts == ["q", "q"]
-
-
-async def test_embedding_ahead_hands_its_vector_to_the_later_ask() -> None:
-    class Counting(HashEmbedder):
-        def __init__(self) -> None:
-            super().__init__(8)
-            self.computed: list[str] = []
-
-        def embed_one(self, text: str) -> list[float]:
-            self.computed.append(text)
-            return super().embed_one(text)
-
-    embedder = Counting()
-    embed_ahead(embedder, "where is the key")
-    assert await embedder.embed(["where is the key"]) == [embedder.embed_one("where is the key")]
-    assert embedder.computed.count("where is the key") == 2  # ahead once, and the check above
-    failing = HashEmbedder(8)
-
-    async def down(texts: Sequence[str]) -> list[list[float]]:
-        raise EmbeddingUnavailable("down")
-
-    failing.embed = down  # type: ignore[method-assign]
-    embed_ahead(failing, "q")  # its failure is left to a later ask, never logged as lost
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
