@@ -81,14 +81,17 @@ def _params(lines: Sequence[str], lang: str) -> dict[str, _Param]:
     except ValueError:
         return {}
     sep = lab["param"].split("{name}", 1)[1].split("{value}", 1)[0]
-    was = lab["was"].split("{old}", 1)[0]
+    # What the renderer appends after a value: its former value, a change mark.
+    marks = (lab["was"].split("{old}", 1)[0], lab["changed"].split("{name}", 1)[0])
     found: dict[str, _Param] = {}
     for i in range(start, len(lines)):
         line = lines[i]
         if not line.startswith("- ") or sep not in line:
             break
-        name, _, rest = line[2:].partition(sep)
-        value = rest.split(was, 1)[0].strip()
+        name, _, value = line[2:].partition(sep)
+        for mark in marks:
+            value = value.split(mark, 1)[0]
+        value = value.strip()
         if name and value:
             found[param_key(name)] = _Param(i, name, value)
     return found

@@ -192,3 +192,17 @@ def test_a_turn_with_a_change_of_mind_yields_what_the_compressor_takes_from_it()
     later = [user(6, "Set the hotel budget to 250. Skip Acme this time and go with Zenith.")]
     overlaid = apply_changes(before, live_changes(before, _live(later)))
     assert _params(overlaid) == _params(render(_state([*opening, *later])))
+
+
+def test_a_value_the_renderer_marked_as_changed_elsewhere_is_read_without_the_mark() -> None:
+    before = "\n".join(
+        [
+            "## Task state (through turn 4)",
+            "Goal: Tune the nightly import.",
+            "Current parameters:",
+            "- batch size: 800 (was 500)",
+            "- retry cap: 500 (changed: batch size is now 800)",
+        ]
+    )
+    changes = live_changes(before, _live([user(5, "Set the retry cap to 600.")]))
+    assert "- retry cap: 600 (was 500)" in apply_changes(before, changes).split("\n")
