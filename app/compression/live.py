@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from app.compression.extract.changes import change_units
+from app.compression.extract.changes import apart_from, change_units
 from app.compression.extract.context import Context
 from app.compression.extract.patterns import HINT_GOAL as GOAL_CUES
 from app.compression.extract.patterns import HINT_PARAMETER as PARAMETER_CUES
@@ -204,8 +204,10 @@ def _turn_units(text: str, held: _Held) -> _Said:
     if held and not any(p.previous for p in params):
         language = "zh" if _CJK.search(text) else "en"
         changed = change_units(text, 0, ctx, language)
-        if changed:  # a change of mind: the sentence rules' parameters are not kept
-            params = [u for u in changed if isinstance(u, ParameterUnit)]
+        if changed:  # a change of mind: its own reading, and settings said apart from it
+            params = [u for u in params if apart_from(u, changed)] + [
+                u for u in changed if isinstance(u, ParameterUnit)
+            ]
     return _Said(tuple((p.name, p.value) for p in params), goal)
 
 

@@ -510,3 +510,25 @@ def change_units(text: str, seq: int, ctx: Context, language: str) -> list[Unit]
     if withdrawn is not None and normalize(change.new) not in normalize(withdrawn.text):
         units.append(RevocationUnit(text=clip(text, 240), target=withdrawn.key, source_seqs=[seq]))
     return units
+
+
+def apart_from(param: ParameterUnit, changed: list[Unit]) -> bool:
+    """Whether a setting the sentence rules read from a turn is not the change of
+    mind's own sentence read another way: "Set the budget to 250. Skip Acme and go
+    with Zenith." sets the budget as well as changing the choice."""
+    said = normalize(
+        " ".join(
+            str(v)
+            for u in changed
+            if not isinstance(u, RevocationUnit)  # it quotes the whole turn
+            for v in (
+                getattr(u, "text", None),
+                getattr(u, "name", None),
+                getattr(u, "value", None),
+                getattr(u, "previous", None),
+            )
+            if v
+        )
+    )
+    value, name = normalize(param.value), normalize(param.name)
+    return bool(value) and value not in said and name not in said

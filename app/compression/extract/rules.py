@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from app.compression.extract import patterns
 from app.compression.extract.base import MOVED_ON
-from app.compression.extract.changes import change_units
+from app.compression.extract.changes import apart_from, change_units
 from app.compression.extract.context import Context, Ref
 from app.compression.extract.deferral import deferral, is_bare, is_deferral
 from app.compression.extract.entities import find_artifacts
@@ -201,6 +201,8 @@ def _user_units(turn: TurnView, raw: list[str], sentences: list[str], ctx: Conte
     # be lost (pinned facts, open questions) comes from its sentences too, and a
     # pinned sentence that states the change is pinned as the change itself.
     kept = [_as_change(u, changed) for u in found if u.kind in ("high_stakes", "pending")]
+    # A setting said in another sentence of the turn still holds.
+    kept += [u for u in found if isinstance(u, ParameterUnit) and apart_from(u, changed)]
     return units + _emit(ctx, changed) + kept
 
 

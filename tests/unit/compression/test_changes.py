@@ -148,3 +148,27 @@ def test_a_name_ending_in_a_setting_verb_is_not_read_as_the_verb(
     # here is the verb of the change, not a parameter's name.
     params = of_kind(extract([user(1, said)]), "parameter")
     assert [(p.name, p.previous, p.value) for p in params] == [(name, old, new)]
+
+
+@pytest.mark.parametrize(
+    ("said", "setting"),
+    [
+        (
+            "Set the hotel budget to 250. Skip Acme this time and go with Zenith.",
+            ("hotel budget", "250"),
+        ),
+        (
+            "Change the guest count to 40. Not the Hilton — the Marriott instead.",
+            ("guest count", "40"),
+        ),
+        ("人数改成 40 人。不要A酒店了，换B酒店。", ("人数", "40 人")),
+    ],
+)
+def test_a_setting_said_beside_a_change_of_mind_still_holds(
+    said: str, setting: tuple[str, str]
+) -> None:
+    units = extract([user(1, said)])
+    params = [(p.name, p.value) for p in of_kind(units, "parameter")]
+    assert setting in params, units
+    # the change of mind is kept as well
+    assert of_kind(units, "decision") or len(params) > 1, units

@@ -179,8 +179,8 @@ def test_a_value_from_a_turn_stays_one_line() -> None:
 
 
 def test_a_turn_with_a_change_of_mind_yields_what_the_compressor_takes_from_it() -> None:
-    # The extractor takes a turn that reverses a choice as that change alone (its
-    # other sentences' settings are not kept); the overlay must not show more.
+    # A turn that reverses a choice and sets a value in another sentence: the
+    # overlay shows what the extractor takes from it, no more and no less.
     opening = [
         user(1, "We need to book a hotel for the team offsite."),
         user(2, "Set the hotel budget to 200."),
@@ -192,6 +192,7 @@ def test_a_turn_with_a_change_of_mind_yields_what_the_compressor_takes_from_it()
     later = [user(6, "Set the hotel budget to 250. Skip Acme this time and go with Zenith.")]
     overlaid = apply_changes(before, live_changes(before, _live(later)))
     assert _params(overlaid) == _params(render(_state([*opening, *later])))
+    assert "- hotel budget: 250 (was 200)" in overlaid.split("\n")
 
 
 def test_a_value_the_renderer_marked_as_changed_elsewhere_is_read_without_the_mark() -> None:
