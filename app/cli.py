@@ -313,11 +313,18 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
                 await check_stored_models(conn, embedder)
         metrics = Metrics()
         if settings.worker_metrics_port is not None:
-            start_http_server(
-                settings.worker_metrics_port,
-                addr=settings.worker_metrics_host,
-                registry=metrics.registry,
-            )
+            try:
+                start_http_server(
+                    settings.worker_metrics_port,
+                    addr=settings.worker_metrics_host,
+                    registry=metrics.registry,
+                )
+            except OSError as exc:
+                if parent is None:
+                    raise  # a worker of its own: its configuration is wrong, say so
+                # `mnemo serve`'s worker on the port serve picked, taken meanwhile: the
+                # jobs matter more than the counters (a restart would fail the same way).
+                print(f"mnemo worker: no metrics server ({exc}); running without", file=sys.stderr)
         worker = build_worker(settings, engine, http=http, metrics=metrics, embedder=embedder)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

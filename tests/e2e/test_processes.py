@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -329,18 +330,42 @@ def test_a_killed_serve_leaves_no_job_worker_behind(data_dir: Path) -> None:
 def test_a_worker_whose_supervisor_is_already_gone_stops(data_dir: Path) -> None:
     """The supervisor's pid is given, not read at start: a `mnemo serve` killed while its
     worker was still starting is noticed too (here the pid is not the parent at all)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMO_")}
-    env |= SMALL_WINDOW | {"MNEMO_DATA_DIR": str(data_dir)}
-    gone = subprocess.run(
+    gone = _worker_supervised_by_init(data_dir)
+    assert gone.returncode == 0, gone.stderr
+    assert "the supervising process is gone" in gone.stderr
+
+
+def test_a_supervised_worker_runs_without_its_metrics_port(data_dir: Path) -> None:
+    """The loopback port `mnemo serve` picked for its worker's counters was taken before
+    the worker bound it: the worker runs its jobs without them (restarting would fail the
+    same way, and no job would run)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ran = _worker_supervised_by_init(
+            data_dir,
+            {"MNEMO_WORKER_METRICS_PORT": str(port), "MNEMO_WORKER_METRICS_HOST": "127.0.0.1"},
+        )
+    assert ran.returncode == 0, ran.stderr
+    assert "no metrics server" in ran.stderr
+    assert "the supervising process is gone" in ran.stderr
+
+
+def _worker_supervised_by_init(
+    data_dir: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`mnemo worker --supervised-by 1`: its supervisor is not its parent, so it stops."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("MNEMO_")}
+    full |= SMALL_WINDOW | {"MNEMO_DATA_DIR": str(data_dir)} | (env or {})
+    return subprocess.run(
         [sys.executable, "-m", "app.cli", "worker", "--supervised-by", "1"],
-        env=env,
+        env=full,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert gone.returncode == 0, gone.stderr
-    assert "the supervising process is gone" in gone.stderr
 
 
 def test_serve_can_keep_its_job_worker_in_process(data_dir: Path) -> None:
