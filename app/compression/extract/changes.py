@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass
 
 from app.compression.extract.context import Context
-from app.compression.extract.patterns import literal_hint
+from app.compression.extract.patterns import SENTENCE_SPLIT, literal_hint
+from app.compression.extract.sentence import proposes
 from app.compression.state import DecisionUnit, ParameterUnit, RevocationUnit, Unit
 from app.compression.text import clip, normalize
 
@@ -58,6 +59,16 @@ _VALUE_CHANGES = [
     re.compile(
         r"(?<![^\s,;，；：:])(?P<old>[^\s,;，；：:→>]{1,20}+)\s*+(?:→|->|⇒|=>)\s*+"
         r"(?P<new>[^\s,;，；。!?！？]{1,20})"
+    ),
+    # "make the X 25% instead of 10%", "set the X to 25 rather than 10": the setting said
+    # with what it replaces. Without "to", the new value starts with a figure ("make the
+    # cap 30 instead of 20"), so that the name does not swallow it or it the name.
+    re.compile(
+        rf"\b(?:change|set|switch|update|make|move|bump|raise|lower|put|keep|cap|limit)\s++"
+        rf"(?:the\s++|my\s++|our\s++)?(?P<name>[A-Za-z][\w-]*+(?:\s++[A-Za-z][\w-]*+){{0,3}}?)"
+        rf"\s++(?:(?:to|at|as)\s++(?P<new>{_V})|(?P<new2>[¥$€£]?\d[^,;，；。!?！？]{{0,30}}?))\s*+"
+        rf"(?:,\s*+not|(?<=\s)(?:rather than|instead of))\s++(?P<old>{_V}){_END}",
+        _I,
     ),
     # "is now B, not A" / "B rather than A" / "B instead of A"
     re.compile(
@@ -115,7 +126,8 @@ _NAME_LEAD = re.compile(
 _NAME_CUT = re.compile(
     r"\b(?:went|goes|moved|moves|changed|changes|is now|are now|is|are|was|should be|needs to be"
     r"|adjusted|updated|bumped|shifted|lowered|raised|increased|decreased|reduced|extended|cut"
-    r"|pushed|set|revised|corrected|to|now|has|have)\b|[:：—–]| - ",
+    r"|pushed|set|revised|corrected|to|now|has|have|go with|going with|use|using|pick|choose"
+    r"|opt for|settle on)\b|[:：—–]| - ",
     _I,
 )
 _PRONOUN = frozenset("i we you it that this they he she".split())
@@ -179,7 +191,11 @@ _FIGURE = re.compile(r"\d|[一二三四五六七八九十百千万两]")
 _VALUE_HEAD = re.compile(r"^(?:the|a|an|to|is|it'?s|be)\s++", _I)
 _VALUE_TAILS = (" instead", " now", " then", " please", " this time")
 # "the seat count is now 12": where the new value itself starts.
-_NEW_LEAD = re.compile(r"\b(?:is now|are now|now|is|are|to|be|at)\s++|(?<!\d)[:：—–]\s*+", _I)
+_NEW_LEAD = re.compile(
+    r"\b(?:is now|are now|now|is|are|to|be|at|go with|going with|use|using|pick|choose|opt for"
+    r"|settle on|make it)\s++|(?<!\d)[:：—–]\s*+",
+    _I,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +310,8 @@ def value_change(text: str) -> Change | None:
         m = pattern.search(text)
         if m is None:
             continue
-        lead, new = _tail(m["new"])
+        said_new = m["new"] if m["new"] is not None else m.groupdict().get("new2") or ""
+        lead, new = _tail(said_new)
         old, new = _clean(m["old"]), _clean(new)
         if not old or not new or normalize(old) == normalize(new) or len(new) > 40:
             continue
@@ -302,10 +319,24 @@ def value_change(text: str) -> Change | None:
             continue
         if m.re is _VALUE_CHANGES[1] and _ASKS_OPINION.search(text[: m.start()]):
             continue  # "should we swap A for B?" weighs a change, it does not make one
+        if _proposed(text, m.start()):
+            continue  # "要不要从A调整到B？": a question proposes a change, it makes none
         named = m.groupdict().get("name")
-        head = text[: min(m.start("old"), m.start("new") + len(lead))]
+        at_new = m.start("new") if m["new"] is not None else m.start("new2")
+        head = text[: min(m.start("old"), at_new + len(lead))]
         return Change(_en_name(named) if named else _name(head), old, new)
     return None
+
+
+def _proposed(text: str, at: int) -> bool:
+    """Whether the sentence of ``text`` holding position ``at`` is a question that
+    proposes rather than decides ("should we …?", "要不要…？")."""
+    start = 0
+    for cut in SENTENCE_SPLIT.finditer(text):
+        if cut.start() >= at:
+            return proposes(text[start : cut.start()])
+        start = cut.end()
+    return proposes(text[start:])
 
 
 # ----------------------------------------------------------------- reversals
@@ -433,8 +464,8 @@ def reversal(text: str) -> Change | None:
         return None
     dropped = drop_re.search(text)
     old = _group(dropped)
-    if dropped is None or old is None:
-        return None
+    if dropped is None or old is None or _proposed(text, dropped.start()):
+        return None  # "should we skip A and go with B?" weighs a change
     # The new choice is said after the old one, or before it ("Y instead, not X").
     rest = text[dropped.end() :]
     after = _group(take_re.search(rest))

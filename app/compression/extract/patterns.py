@@ -301,6 +301,21 @@ REQUEST = re.compile(
     r"|design|research|reserve|rent|cancel|email|call|run|load|fetch|download|upload|list)\b)"
 )
 
+# A question that weighs a value rather than setting it: "should we raise X to 15?",
+# "what if we set X to 15?", "要不要把X改成15？", "X改成15怎么样？". It proposes; the
+# value holds only once someone decides (``sentence.proposes`` also needs the question
+# mark, and a polite request — "can you set X to 15?", "能不能把X改成15？" — is not one).
+PROPOSAL = re.compile(
+    r"(?i:\b(?:should|shall)\s+(?:we|i|it|they|the|our|my|this|that)\b|\bwhat if\b|\bhow about\b"
+    r"|\bwhat about\b|\bwhy (?:don'?t (?:we|i)|not)\b"
+    r"|\b(?:do|would) you (?:think|suggest|recommend)\b|\bdoes it make sense\b"
+    r"|\bwould it (?:make sense|be (?:better|wise|a good idea|ok(?:ay)?))\b"
+    r"|\bis it (?:worth|better|wise|a good idea|ok(?:ay)? (?:if|to))\b|\bmaybe we\b"
+    r"|\bthoughts on\b)"
+    r"|要不要|是不是|是否|要不(?!是)|怎么样|怎样|如何|好不好|行不行|好吗|行吗|可以吗|合适吗|合不合适"
+    r"|该不该|应不应该|需不需要|用不用|会不会更"
+)
+
 # A new instruction rather than an answer: imperatives REQUEST does not list.
 IMPERATIVE = re.compile(
     r"(?i:^(?:now\s+|then\s+|ok(?:ay)?,?\s+)?(?:show|look|tell|give|pull|open|start|launch|roll"
@@ -496,6 +511,12 @@ HINT_DECISION = literal_hint(
 HINT_USER_PENDING = literal_hint(
     "待定|还没定|还没决定|再说|等|waiting|await|tbd|to be |ll check|ll confirm|ll get back"
     "|ll let you know|not sure|not decided|haven|sign-off|signoff|approval"
+)
+HINT_PROPOSAL = literal_hint(
+    "should|shall|what if|how about|what about|why don|why not|you think|you suggest"
+    "|you recommend|would it|does it make sense|is it|maybe we|thoughts on"
+    "|要不|是不是|是否|怎么样|怎样|如何|好不好|行不行|好吗|行吗|可以吗|合适吗|合不合适|该不该|应不应该"
+    "|需不需要|用不用|会不会更"
 )
 HINT_TODO_DONE = literal_hint(
     "完成|搞定|做完|弄好|办好|订好|处理好|done|finished|completed|taken care|sorted"

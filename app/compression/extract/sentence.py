@@ -140,6 +140,18 @@ def is_question(sentence: str) -> bool:
     return text.endswith(("?", "？")) or text.rstrip("。. ").endswith(("吗", "呢", "么"))
 
 
+def proposes(sentence: str) -> bool:
+    """A question that weighs a value or a change ("should we raise X to 15?",
+    "要不要把X改成15？"): it proposes, it does not set. A polite request phrased as a
+    question ("can you set X to 15?", "能不能把X改成15？") does set."""
+    return (
+        is_question(sentence)
+        and _hinted(patterns.HINT_PROPOSAL, sentence)
+        and patterns.PROPOSAL.search(sentence) is not None
+        and patterns.REQUEST.search(sentence) is None
+    )
+
+
 def emphasized(sentence: str, turn_emphasized: bool) -> bool:
     if turn_emphasized:
         return True
@@ -275,7 +287,7 @@ def _param(name: str, value: str, old: str | None, seq: int) -> ParameterUnit | 
 
 
 def parameters(sentence: str, seq: int, ctx: Context) -> list[ParameterUnit]:
-    if not _hinted(patterns.HINT_PARAMETER, sentence):
+    if not _hinted(patterns.HINT_PARAMETER, sentence) or proposes(sentence):
         return []
     found: list[ParameterUnit | None] = []
     for clause in _CLAUSE.split(sentence):
@@ -430,6 +442,11 @@ def _sets_parameter(clause: str) -> bool:
     )
 
 
+def _weighs_setting(question: str) -> bool:
+    """Whether a proposal names a setting ("… raise the page limit to 15?")."""
+    return any(_sets_parameter(c) for c in _CLAUSE.split(question.rstrip("?？ ")))
+
+
 def _prerequisite_matches(sentence: str) -> list[re.Match[str]]:
     if not _hinted(patterns.HINT_PREREQUISITE, sentence):
         return []
@@ -535,6 +552,9 @@ def speech_units(
     revoke = revocation(sentence, seq, ctx)
     if revoke is not None:
         return [revoke], True
+    if proposes(sentence) and _weighs_setting(sentence):
+        # "Should we raise X to 15?": an open proposal, not a value (nor a rule).
+        return [PendingUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])], True
     units: list[Unit] = []
     pinned = None if is_question(sentence) else high_stakes(sentence, seq)
     if pinned is not None:

@@ -28,6 +28,7 @@ _PAIRS = [
     (patterns.HINT_PREREQUISITE, patterns.PREREQUISITE),
     (patterns.HINT_DECISION, patterns.DECISION),
     (patterns.HINT_USER_PENDING, patterns.USER_PENDING),
+    (patterns.HINT_PROPOSAL, patterns.PROPOSAL),
     (patterns.HINT_TODO_DONE, patterns.TODO_DONE),
     (patterns.HINT_BLOCKER, patterns.BLOCKER),
     (patterns.HINT_REVOKE, patterns.REVOKE),
