@@ -287,7 +287,11 @@ def _param(name: str, value: str, old: str | None, seq: int) -> ParameterUnit | 
 
 
 def parameters(sentence: str, seq: int, ctx: Context) -> list[ParameterUnit]:
-    if not _hinted(patterns.HINT_PARAMETER, sentence) or proposes(sentence):
+    return [] if proposes(sentence) else _settings(sentence, seq, ctx)
+
+
+def _settings(sentence: str, seq: int, ctx: Context) -> list[ParameterUnit]:
+    if not _hinted(patterns.HINT_PARAMETER, sentence):
         return []
     found: list[ParameterUnit | None] = []
     for clause in _CLAUSE.split(sentence):
@@ -442,9 +446,12 @@ def _sets_parameter(clause: str) -> bool:
     )
 
 
-def _weighs_setting(question: str) -> bool:
-    """Whether a proposal names a setting ("… raise the page limit to 15?")."""
-    return any(_sets_parameter(c) for c in _CLAUSE.split(question.rstrip("?？ ")))
+def _weighs_setting(question: str, ctx: Context) -> bool:
+    """Whether a proposal names a setting ("… raise the page limit to 15?"), read as
+    the parameter rules read a statement."""
+    # Without its proposing words: "要不要" is no negation, "should we" no name.
+    statement = patterns.PROPOSAL.sub(" ", question.rstrip("?？ ")).strip()
+    return bool(_settings(statement, 0, ctx))
 
 
 def _prerequisite_matches(sentence: str) -> list[re.Match[str]]:
@@ -552,7 +559,7 @@ def speech_units(
     revoke = revocation(sentence, seq, ctx)
     if revoke is not None:
         return [revoke], True
-    if proposes(sentence) and _weighs_setting(sentence):
+    if proposes(sentence) and _weighs_setting(sentence, ctx):
         # "Should we raise X to 15?": an open proposal, not a value (nor a rule).
         return [PendingUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])], True
     units: list[Unit] = []
