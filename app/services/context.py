@@ -14,8 +14,17 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compression.live import LiveTurn, apply_changes, live_changes, may_change
+from app.compression.live_notes import add_notes, answered, notes_for, resolve
 from app.compression.notice import with_notice
-from app.context.pack import Block, RecentTurn, as_text, choose_tier, pack, window_tokens
+from app.context.pack import (
+    Block,
+    Packed,
+    RecentTurn,
+    as_text,
+    choose_tier,
+    pack,
+    window_tokens,
+)
 from app.core.errors import NotFound
 from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from app.providers.embed import Embedder
@@ -27,6 +36,8 @@ from app.stores.engine import driver_connection
 # second read fetches up to RECENT_FETCH_LIMIT when it is not.
 FIRST_PAGE = 64
 RECENT_FETCH_LIMIT = 400
+# Packings at most to add what left-out live turns say (each can leave more out).
+LIVE_NOTE_ROUNDS = 3
 
 
 def _message(t: dict[str, Any]) -> dict[str, Any]:
@@ -59,21 +70,11 @@ def reachable(rows: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any
     return rows
 
 
-async def _as_of_live_turns(
-    db: asyncpg.Connection,
-    renderings: list[str],
-    rows: list[dict[str, Any]],
-    *,
-    tenant: str,
-    session_pk: int,
-) -> list[str]:
-    """The renderings with the parameter and goal changes of the live turns applied
-    (``compression/live.py``): a value changed after the last compression is never
-    shown as current, whether or not its turn fits the budget. Live user turns older
-    than the page read for packing take one more indexed read, only when the state
-    shows parameters or a goal and the page was full."""
-    if not may_change(renderings[0]):
-        return renderings
+async def _live_turns(
+    db: asyncpg.Connection, rows: list[dict[str, Any]], *, tenant: str, session_pk: int
+) -> list[LiveTurn]:
+    """The live turns read for packing, and the live user turns older than that page
+    (one more indexed read, only when the page was full)."""
     turns = [LiveTurn(t["seq"], t["role"], t["content"]) for t in rows]
     if len(rows) >= FIRST_PAGE:  # read for packing, not all: older live turns may be left
         older = await read_live_user_turns(
@@ -84,8 +85,31 @@ async def _as_of_live_turns(
             limit=RECENT_FETCH_LIMIT,
         )
         turns += [LiveTurn(t["seq"], "user", t["content"]) for t in older]
-    changes = live_changes(renderings[0], turns)
-    return [apply_changes(r, changes) for r in renderings] if changes else renderings
+    return turns
+
+
+def _as_of_live_turns(
+    renderings: list[str], turns: list[LiveTurn], open_pending: list[dict[str, Any]]
+) -> list[str]:
+    """The renderings with what the live turns changed applied, whether or not those
+    turns fit the budget: parameter and goal changes (``compression/live.py``: a value
+    changed after the last compression is never shown as current) and the questions
+    the first live reply answered (``live_notes.answered``: never shown as open)."""
+    changes = live_changes(renderings[0], turns) if may_change(renderings[0]) else []
+    answers = answered(renderings[0], open_pending, turns)
+    if not changes and not answers:
+        return renderings
+    return [resolve(apply_changes(r, changes), answers) for r in renderings]
+
+
+def _left_out(
+    turns: list[LiveTurn], recent: list[RecentTurn], seqs: list[int], packed: Packed
+) -> set[int]:
+    """Seqs of the live user turns ``packed`` does not hold (``recent[i]`` is the turn
+    of seq ``seqs[i]``; a live turn not in ``recent`` was never a candidate)."""
+    placed = {id(m) for m in packed.messages}
+    held = {seq for seq, r in zip(seqs, recent, strict=True) if id(r.message) in placed}
+    return {t.seq for t in turns if t.role == "user" and t.seq not in held}
 
 
 @dataclass(frozen=True)
@@ -172,10 +196,8 @@ async def build_context(
         )
         if more is not None:
             rows.extend(more["turns"])
-    recent = [
-        RecentTurn(message=_message(r), tokens=r["tokens"])
-        for r in reversed(reachable(rows, max_tokens))
-    ]
+    candidates = list(reversed(reachable(rows, max_tokens)))
+    recent = [RecentTurn(message=_message(r), tokens=r["tokens"]) for r in candidates]
     # Budget: the working window and the task state first (the largest of the
     # renderings stored at compression time that fits beside the window), then
     # memory and older live turns.
@@ -192,17 +214,22 @@ async def build_context(
     room -= count_tokens(shared.text + "\n\n") if shared.text else 0
     # The change notice is the first thing to go: each rendering with it, then without.
     line = head["notice"] if notice and head["notice"] else ""
-    renderings = await _as_of_live_turns(
-        db,
-        [head["rendered"], *(head["renderings"] or ())],
-        rows,
-        tenant=tenant,
-        session_pk=head["id"],
+    live = (
+        await _live_turns(db, rows, tenant=tenant, session_pk=head["id"])
+        if head["rendered"]
+        else []
     )
-    options = [v for t in renderings for v in dict.fromkeys((with_notice(t, line), t))]
-    state = choose_tier(
-        Block("task_state", options[0], tiers=tuple(options[1:])), room, count_tokens
+    renderings = _as_of_live_turns(
+        [head["rendered"], *(head["renderings"] or ())], live, head["open_pending"]
     )
+
+    def state_block(renderings: list[str]) -> Block:
+        options = [v for t in renderings for v in dict.fromkeys((with_notice(t, line), t))]
+        return choose_tier(
+            Block("task_state", options[0], tiers=tuple(options[1:])), room, count_tokens
+        )
+
+    state = state_block(renderings)
     blocks = [shared, state]
     memory_ids: list[int] = []
     remainder = room - (count_tokens(state.text + "\n\n") if state.text else 0) - SLACK_TOKENS
@@ -240,6 +267,21 @@ async def build_context(
         blocks.append(Block("memories", text))
         memory_ids = [m.id for m in placed]
     packed = pack(blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens)
+    # What live user turns left out of the context say that the state does not show
+    # yet (a rule, a pinned fact, a next step) is added to the state; a larger state
+    # can leave more turns out, so once more until nothing new is left out.
+    seqs = [r["seq"] for r in candidates]
+    left: set[int] = set()
+    for _ in range(LIVE_NOTE_ROUNDS):
+        now_left = _left_out(live, recent, seqs, packed)
+        if now_left <= left:
+            break
+        left |= now_left
+        notes = notes_for(renderings[0], live, left)
+        if not notes:
+            break
+        blocks[1] = state_block([add_notes(r, notes) for r in renderings])
+        packed = pack(blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens)
     return Context(
         session_id=session,
         user_id=head["user_external"],

@@ -17,6 +17,9 @@ CONTEXT_READ = """
                     WHERE m.user_id = s.user_id AND m.superseded_by IS NULL) AS has_memories,
            coalesce(ts.version, 0) AS version, coalesce(ts.rendered, '') AS rendered,
            coalesce(ts.state->'renderings', '[]') AS renderings,
+           -- the state's open questions: the first live user reply may answer one
+           coalesce(jsonb_path_query_array(ts.state, '$.pending[*] ? (@.status == "pending")'),
+                    '[]') AS open_pending,
            -- the change notice, while no user turn came after the compression
            CASE WHEN NOT EXISTS (SELECT 1 FROM turns n
                                   WHERE n.session_id = s.id AND n.seq > ts.notice_seq

@@ -206,6 +206,16 @@ def _user_units(turn: TurnView, raw: list[str], sentences: list[str], ctx: Conte
     return units + _emit(ctx, changed) + kept
 
 
+def first_reply_answers(text: str, seq: int, open_refs: list[Ref]) -> list[ResolutionUnit]:
+    """What a user turn answers of the questions open right before it, read as
+    ``_user_units`` reads a slice's first reply (a put-off answers nothing)."""
+    raw = raw_sentences(text)
+    if not open_refs or not raw or _puts_off(raw[0]):
+        return []
+    units, _ = _resolutions(raw[0], TurnView(seq=seq, role="user", content=text), open_refs)
+    return [u for u in units if isinstance(u, ResolutionUnit)]
+
+
 def _resolutions(first: str, turn: TurnView, open_refs: list[Ref]) -> tuple[list[Unit], bool]:
     """Resolution units for the questions a reply answers, and whether the reply is only that."""
     cue = patterns.AFFIRM.match(first) or patterns.NEGATE.match(first)

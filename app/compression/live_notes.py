@@ -1,0 +1,255 @@
+"""What the live turns added since the state was rendered: rules, pinned facts, next
+steps and open items the packer left out, and questions the user already answered.
+
+``live.py`` rewrites what the rendering shows (a changed value, a restated goal). Two
+more things go wrong when a live user turn is left out of a small context:
+
+* a new unit it states — a constraint ("never deploy on Fridays", "每次都要…"), a
+  pinned fact or identifier, a next step, an open question of the user's own — is in
+  neither the state nor the context until the next compression (``notes_for``:
+  the extractor's own reading of the left-out turns, as the next compression renders
+  it, added to their sections: ``add_notes``);
+* the user's reply to a question the state shows as pending (asked just before the
+  compression) does not reach the context, and the question still reads as open
+  (``answered``: the extractor's rule for the first reply of a slice; ``resolve``
+  moves it to "Answered: q → a" as the renderer shows an answered question).
+
+Pure: no I/O. What a turn says is read once per process (memoised by its text).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from app.compression.extract.context import Context
+from app.compression.extract.patterns import HINT_REVOKE, REVOKE
+from app.compression.extract.rules import extract_units, first_reply_answers
+from app.compression.live import LiveTurn
+from app.compression.merge import merge
+from app.compression.render import LABELS
+from app.compression.state import Goal, TaskState, Unit
+from app.compression.text import clip, normalize
+from app.compression.untrusted import one_line
+from app.core.turns import TurnView
+
+_ZH_TITLE = LABELS["zh"]["title"].split("{", 1)[0]
+_THROUGH = re.compile(r"(-?\d+)")
+# The sections a rendering is made of, in the renderer's order (``render._sections``).
+_ORDER = (
+    "constraints",
+    "pinned",
+    "preferences",
+    "actions",
+    "params",
+    "artifacts",
+    "decisions",
+    "facts",
+    "pending_header",
+    "todos",
+    "blockers",
+    "revoked",
+)
+# The kinds a left-out live turn adds that the context must not lose before the next
+# compression: what the renderer never drops (and what the turn's revocations retire).
+_KEPT_KINDS = frozenset(("constraint", "high_stakes", "todo", "pending", "revocation"))
+# A state with a goal: a live turn is not read as the session's first request.
+_WITH_GOAL = TaskState(goal=Goal(key="goal", text="goal"))
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """A line to add to ``section`` (a ``LABELS`` key) of a rendering."""
+
+    section: str
+    line: str
+
+
+def _language(rendered: str) -> str:
+    return "zh" if rendered.startswith(_ZH_TITLE) else "en"
+
+
+def _through(rendered: str) -> int | None:
+    """The last turn the rendering speaks for (its title's "through turn N")."""
+    m = _THROUGH.search(rendered.split("\n", 1)[0])
+    return int(m.group(1)) if m else None
+
+
+# ------------------------------------------------------------------ new units
+
+
+@lru_cache(maxsize=4096)
+def _turn_units(text: str) -> tuple[Unit, ...]:
+    """The units the rule extractor takes from one user turn of the kinds kept."""
+    units = extract_units([_as_turn(text)], _WITH_GOAL)
+    return tuple(u for u in units if u.kind in _KEPT_KINDS)
+
+
+def _withdraws(text: str) -> bool:
+    lowered = text.lower()
+    return HINT_REVOKE.search(lowered) is not None and REVOKE.search(text) is not None
+
+
+def _as_turn(text: str) -> TurnView:
+    return TurnView(seq=0, role="user", content=text)
+
+
+def notes_for(rendered: str, live: Iterable[LiveTurn], left_out: set[int]) -> list[Note]:
+    """Lines for what the live user turns in ``left_out`` (seqs) state that the
+    rendering does not show, as the next compression renders them. Every live user
+    turn is read, so that a later turn's revocation ("scratch that rule") is applied;
+    only what comes from left-out turns alone is added."""
+    if not rendered or not left_out:
+        return []
+    turns = sorted((t for t in live if t.role == "user" and t.content), key=lambda t: t.seq)
+    if not any(t.seq in left_out for t in turns):
+        return []
+    units: list[Unit] = []
+    for turn in turns:
+        text = turn.content or ""
+        if _withdraws(text) and units:
+            # "Scratch that" names what it withdraws only beside what came before.
+            before = merge(_WITH_GOAL, units)
+            said: tuple[Unit, ...] = tuple(
+                u for u in extract_units([_as_turn(text)], before) if u.kind in _KEPT_KINDS
+            )
+        else:
+            said = _turn_units(text)
+        units += [u.model_copy(update={"source_seqs": [turn.seq]}) for u in said]
+    if not any(max(u.source_seqs) in left_out for u in units if u.kind != "revocation"):
+        return []
+    lang = _language(rendered)
+    state = merge(TaskState(language="zh" if lang == "zh" else "en"), units)
+    shown = normalize(rendered)
+    lab = LABELS[lang]
+
+    def new(source_seqs: Sequence[int], text: str) -> bool:
+        return all(s in left_out for s in source_seqs) and normalize(text) not in shown
+
+    notes: list[Note] = []
+    for c in state.active_constraints():
+        if new(c.source_seqs, c.text):
+            mark = " (!)" if c.emphasized else ""
+            notes.append(Note("constraints", f"- {one_line(c.text)}{mark}"))
+    for h in state.high_stakes:
+        if new(h.source_seqs, h.text):
+            notes.append(Note("pinned", f"- {one_line(h.text)}"))
+    for p in state.open_pending():
+        if new(p.source_seqs, p.text):
+            notes.append(Note("pending_header", lab["pending"].format(text=one_line(p.text))))
+    for t in state.todos:
+        if t.status == "open" and new(t.source_seqs, t.text):
+            line = f"- {one_line(t.text)}"
+            if t.missing_prerequisites:
+                items = lab["sep"].join(one_line(m) for m in t.missing_prerequisites)
+                line += lab["missing"].format(items=items)
+            notes.append(Note("todos", line))
+    return notes
+
+
+# ------------------------------------------------------------------ answered questions
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    question: str
+    answer: str
+
+
+def answered(
+    rendered: str, open_pending: Sequence[Mapping[str, Any]], live: Iterable[LiveTurn]
+) -> list[Answer]:
+    """The questions the rendering shows as pending that the first live user reply
+    answers, as the next compression will take it (``Context.from_state``: a
+    question asked in the last turns before the state's end; ``rules``: a yes or no,
+    or a reply that addresses an open choice)."""
+    through = _through(rendered) if rendered and open_pending else None
+    if through is None:
+        return []
+    first = min(
+        (t for t in live if t.role == "user" and t.content and t.seq > through),
+        key=lambda t: t.seq,
+        default=None,
+    )
+    if first is None or first.content is None:
+        return []
+    state = TaskState.model_validate({"pending": list(open_pending), "last_seq": through})
+    refs = Context.from_state(state, first.seq).answerable
+    if not refs:
+        return []
+    found = first_reply_answers(first.content, first.seq, refs)
+    texts = {r.key: r.text for r in refs}
+    return [Answer(texts[u.target], u.answer) for u in found if u.target in texts]
+
+
+# ------------------------------------------------------------------ rewriting
+
+
+def _headers(lab: Mapping[str, str]) -> dict[str, str]:
+    return {lab[k]: k for k in _ORDER}
+
+
+def _section_end(lines: list[str], start: int, headers: Mapping[str, str], notes: str) -> int:
+    """The index after the last line of the section whose header is at ``start``."""
+    i = start + 1
+    while i < len(lines) and lines[i] not in headers and not lines[i].startswith(notes):
+        i += 1
+    return i
+
+
+def _insert(lines: list[str], lang: str, section: str, new: Sequence[str]) -> None:
+    lab = LABELS[lang]
+    headers = _headers(lab)
+    notes = lab["notes"].split("{", 1)[0]
+    at = {headers[line]: i for i, line in enumerate(lines) if line in headers}
+    if section in at:
+        end = _section_end(lines, at[section], headers, notes)
+        lines[end:end] = list(new)
+        return
+    later = [at[k] for k in _ORDER[_ORDER.index(section) + 1 :] if k in at]
+    end = min(later) if later else len(lines)
+    if not later:
+        end = next((i for i, line in enumerate(lines) if i and line.startswith(notes)), end)
+    lines[end:end] = [lab[section], *new]
+
+
+def add_notes(rendered: str, notes: Sequence[Note]) -> str:
+    """``rendered`` with ``notes`` added at the end of their sections (a section the
+    rendering lacks is added where the renderer places it)."""
+    if not notes or not rendered:
+        return rendered
+    lang = _language(rendered)
+    lines = rendered.split("\n")
+    for section in _ORDER:
+        new = [n.line for n in notes if n.section == section]
+        if new:
+            _insert(lines, lang, section, new)
+    return "\n".join(lines)
+
+
+def resolve(rendered: str, answers: Sequence[Answer]) -> str:
+    """``rendered`` with each answered question's "Pending:" line gone and an
+    "Answered: q → a" line among the decisions, as the renderer shows it."""
+    if not answers or not rendered:
+        return rendered
+    lang = _language(rendered)
+    lab = LABELS[lang]
+    lines = rendered.split("\n")
+    done = {lab["pending"].format(text=one_line(a.question)) for a in answers}
+    kept = [line for line in lines if line not in done]
+    if len(kept) == len(lines):
+        return rendered  # the rendering does not show them (a smaller tier dropped none)
+    header = lab["pending_header"]
+    if header in kept:
+        i = kept.index(header)
+        if i + 1 >= len(kept) or not kept[i + 1].startswith(lab["pending"].split("{", 1)[0]):
+            del kept[i]
+    lines_out = [
+        lab["answered"].format(q=clip(one_line(a.question), 100), a=one_line(a.answer))
+        for a in answers
+    ]
+    _insert(kept, lang, "decisions", lines_out)
+    return "\n".join(kept)

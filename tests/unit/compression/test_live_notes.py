@@ -1,0 +1,168 @@
+"""What live turns left out of the context add to the state (compression/live_notes.py):
+new rules, pinned facts, next steps and open items, as the next compression renders
+them; and a question the state shows as pending that the first live reply answered."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.compression.extract.rules import extract_units
+from app.compression.live import LiveTurn
+from app.compression.live_notes import add_notes, answered, notes_for, resolve
+from app.compression.merge import merge
+from app.compression.render import render, render_tiers
+from app.compression.state import TaskState
+from app.core.turns import TurnView
+from tests.unit.compression.helpers import assistant, user
+
+EN_OPENING = [
+    user(1, "We need to migrate the billing database to the new cluster."),
+    user(2, "Set the replica count to 3."),
+    assistant(3, "Noted."),
+]
+ZH_OPENING = [
+    user(1, "我们要把账单数据库迁移到新集群。"),
+    user(2, "副本数设为 3。"),
+    assistant(3, "好的。"),
+]
+
+
+def _state(turns: list[TurnView]) -> TaskState:
+    return merge(TaskState(), extract_units(turns, TaskState()), through_seq=turns[-1].seq)
+
+
+def _live(turns: list[TurnView]) -> list[LiveTurn]:
+    return [LiveTurn(t.seq, t.role, t.content) for t in turns]
+
+
+def _section(text: str, header: str) -> list[str]:
+    lines = text.split("\n")
+    if header not in lines:
+        return []
+    out = []
+    for line in lines[lines.index(header) + 1 :]:
+        if not line.startswith(("- ", "Pending:", "待确认：")):
+            break
+        out.append(line)
+    return out
+
+
+NEW_UNITS = [
+    (EN_OPENING, "Never run the migration during business hours.", "Constraints (must follow):"),
+    (EN_OPENING, "My employee ID is E-448213.", "Pinned facts (always apply):"),
+    (EN_OPENING, "I'm allergic to shellfish, keep that in mind for the team dinner.", None),
+    (EN_OPENING, "Next, we still need to notify the finance team.", "Next steps:"),
+    (ZH_OPENING, "迁移期间千万不要删除旧集群的数据。", "约束（必须遵守）："),
+    (ZH_OPENING, "我的工号是 E-448213。", "重要信息（始终适用）："),
+]
+
+
+@pytest.mark.parametrize(("opening", "said", "header"), NEW_UNITS)
+def test_a_left_out_turn_adds_what_the_next_compression_renders(
+    opening: list[TurnView], said: str, header: str | None
+) -> None:
+    before = render(_state(opening))
+    later = [user(4, said), assistant(5, "OK.")]
+    compressed = render(_state([*opening, *later]))
+    added = add_notes(before, notes_for(before, _live(later), {4}))
+    headers = [header] if header else ["Pinned facts (always apply):"]
+    for h in headers:
+        new = [line for line in _section(compressed, h) if line not in _section(before, h)]
+        assert new, (h, compressed)
+        assert _section(added, h) == _section(compressed, h), (added, compressed)
+    # Sections come in the renderer's order.
+    order = [line for line in compressed.split("\n") if line.endswith((":", "："))]
+    assert [line for line in added.split("\n") if line in order] == [
+        line for line in order if line in added.split("\n")
+    ]
+
+
+def test_a_turn_in_the_context_adds_nothing() -> None:
+    before = render(_state(EN_OPENING))
+    later = [user(4, "Never run the migration during business hours.")]
+    assert notes_for(before, _live(later), set()) == []
+    assert notes_for(before, _live(later), {9}) == []
+
+
+def test_what_the_state_already_shows_is_not_added_twice() -> None:
+    opening = [*EN_OPENING, user(4, "Never run the migration during business hours.")]
+    before = render(_state(opening))
+    later = [user(5, "Never run the migration during business hours.")]
+    assert notes_for(before, _live(later), {5}) == []
+
+
+def test_a_rule_a_later_live_turn_withdrew_is_not_added() -> None:
+    before = render(_state(EN_OPENING))
+    later = [
+        user(4, "Never run the migration during business hours."),
+        assistant(5, "Understood."),
+        user(6, "Scratch that, business hours are fine after all."),
+    ]
+    assert render(_state([*EN_OPENING, *later])).count("business hours") <= 1
+    notes = notes_for(before, _live(later), {4})
+    assert not [n for n in notes if n.section == "constraints"], notes
+
+
+def test_only_user_turns_add_units() -> None:
+    before = render(_state(EN_OPENING))
+    later = [assistant(4, "Never run the migration during business hours.")]
+    assert notes_for(before, _live(later), {4}) == []
+
+
+def test_every_tier_takes_the_notes() -> None:
+    state = _state(EN_OPENING)
+    later = [user(4, "Never run the migration during business hours.")]
+    notes = notes_for(render(state), _live(later), {4})
+    for tier in render_tiers(state, max_tokens=200):
+        added = add_notes(tier, notes)
+        assert "- Never run the migration during business hours." in added.split("\n")
+
+
+QUESTIONS = [
+    (
+        [
+            user(1, "Please book a table for the team dinner."),
+            assistant(2, "I found a table at Lumen for 8 people. Shall I book it?"),
+        ],
+        "Yes, go ahead.",
+        "Pending: Shall I book it?",
+    ),
+    (
+        [
+            user(1, "帮我给团队订一桌晚餐。"),
+            assistant(2, "找到了 Lumen 餐厅 8 人桌，需要我预订吗？"),
+        ],
+        "好的，订吧。",
+        "待确认：找到了 Lumen 餐厅 8 人桌，需要我预订吗？",
+    ),
+]
+
+
+@pytest.mark.parametrize(("opening", "reply", "pending"), QUESTIONS)
+def test_a_question_answered_live_is_not_shown_as_open(
+    opening: list[TurnView], reply: str, pending: str
+) -> None:
+    state = _state(opening)
+    before = render(state)
+    assert pending in before.split("\n")
+    later = [user(3, reply), assistant(4, "Done.")]
+    open_items = [p.model_dump(mode="json") for p in state.open_pending()]
+    answers = answered(before, open_items, _live(later))
+    resolved = resolve(before, answers)
+    compressed = render(merge(state, extract_units(later, state), through_seq=4))
+    assert pending not in resolved.split("\n")
+    assert resolved == compressed.replace("(through turn 4)", "(through turn 2)").replace(
+        "（截至第 4 轮）", "（截至第 2 轮）"
+    ), (resolved, compressed)
+
+
+def test_a_put_off_or_a_new_request_answers_nothing() -> None:
+    opening = QUESTIONS[0][0]
+    state = _state(opening)
+    before = render(state)
+    open_items = [p.model_dump(mode="json") for p in state.open_pending()]
+    for reply in ("Let me check with my manager first.", "Show me other restaurants nearby."):
+        assert answered(before, open_items, _live([user(3, reply)])) == [], reply
+    # Only the first live reply can answer it.
+    later = [user(3, "What time is it there?"), assistant(4, "7 pm."), user(5, "Yes.")]
+    assert answered(before, open_items, _live(later)) == []
