@@ -88,6 +88,7 @@ def _turn_units(text: str) -> tuple[Unit, ...]:
     return tuple(u for u in units if u.kind in _KEPT_KINDS)
 
 
+@lru_cache(maxsize=4096)
 def _withdraws(text: str) -> bool:
     lowered = text.lower()
     return HINT_REVOKE.search(lowered) is not None and REVOKE.search(text) is not None
@@ -95,6 +96,11 @@ def _withdraws(text: str) -> bool:
 
 def _as_turn(text: str) -> TurnView:
     return TurnView(seq=0, role="user", content=text)
+
+
+def carriers(live: Iterable[LiveTurn]) -> set[int]:
+    """Seqs of the live user turns that state anything ``notes_for`` may add."""
+    return {t.seq for t in live if t.role == "user" and t.content and _turn_units(t.content)}
 
 
 def notes_for(rendered: str, live: Iterable[LiveTurn], left_out: set[int]) -> list[Note]:

@@ -84,8 +84,13 @@ def pack(
     recent: Sequence[RecentTurn],
     max_tokens: int,
     count: Callable[[str], int],
+    cut: bool = True,
 ) -> Packed:
-    """Blocks first (each trimmed if it alone is too big), then recent turns, newest first."""
+    """Blocks first (each trimmed if it alone is too big), then recent turns, newest first.
+
+    ``cut=False`` only says which turns are placed: the group at the edge that would
+    be placed cut is placed whole (no tokenizing), so the total may exceed the budget.
+    """
     system_parts: list[str] = []
     block_sizes: list[tuple[str, int]] = []
     budget = max_tokens - MESSAGE_OVERHEAD_TOKENS
@@ -129,7 +134,7 @@ def pack(
             # The newest group, or a tool call at the edge of the window: its results
             # are cut rather than the call dropped (an agent that no longer sees a
             # call it made repeats it).
-            trimmed = _trim_group(group, max_tokens - total, count)
+            trimmed = _trim_group(group, max_tokens - total, count) if cut else list(group)
             if trimmed is not None:
                 chosen.append(trimmed)
                 total += sum(t.tokens for t in trimmed)

@@ -7,6 +7,7 @@ snapshot, one round trip) straight through asyncpg, the hottest path of the serv
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compression.live import LiveTurn, apply_changes, live_changes, may_change
-from app.compression.live_notes import add_notes, answered, notes_for, resolve
+from app.compression.live_notes import add_notes, answered, carriers, notes_for, resolve
 from app.compression.notice import with_notice
 from app.context.pack import (
     Block,
@@ -110,6 +111,37 @@ def _left_out(
     placed = {id(m) for m in packed.messages}
     held = {seq for seq, r in zip(seqs, recent, strict=True) if id(r.message) in placed}
     return {t.seq for t in turns if t.role == "user" and t.seq not in held}
+
+
+def _with_live_notes(
+    blocks: list[Block],
+    recent: list[RecentTurn],
+    seqs: list[int],
+    live: list[LiveTurn],
+    renderings: list[str],
+    state_block: Callable[[list[str]], Block],
+    max_tokens: int,
+) -> Block:
+    """The task-state block (``blocks[1]``) with what the live user turns the packer
+    leaves out say that it does not show yet (a rule, a pinned fact, a next step:
+    ``live_notes.notes_for``). A larger state can leave more turns out: once more,
+    until nothing new is. Which turns are left out is asked of the packer without
+    cutting anything (no tokenizing)."""
+    blocks = list(blocks)
+    left: set[int] = set()
+    for _ in range(LIVE_NOTE_ROUNDS):
+        trial = pack(
+            blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens, cut=False
+        )
+        now_left = _left_out(live, recent, seqs, trial)
+        if now_left <= left:
+            break
+        left |= now_left
+        notes = notes_for(renderings[0], live, left)
+        if not notes:
+            break
+        blocks[1] = state_block([add_notes(r, notes) for r in renderings])
+    return blocks[1]
 
 
 @dataclass(frozen=True)
@@ -266,22 +298,17 @@ async def build_context(
         )
         blocks.append(Block("memories", text))
         memory_ids = [m.id for m in placed]
+    if carriers(live):
+        blocks[1] = _with_live_notes(
+            blocks,
+            recent,
+            [r["seq"] for r in candidates],
+            live,
+            renderings,
+            state_block,
+            max_tokens,
+        )
     packed = pack(blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens)
-    # What live user turns left out of the context say that the state does not show
-    # yet (a rule, a pinned fact, a next step) is added to the state; a larger state
-    # can leave more turns out, so once more until nothing new is left out.
-    seqs = [r["seq"] for r in candidates]
-    left: set[int] = set()
-    for _ in range(LIVE_NOTE_ROUNDS):
-        now_left = _left_out(live, recent, seqs, packed)
-        if now_left <= left:
-            break
-        left |= now_left
-        notes = notes_for(renderings[0], live, left)
-        if not notes:
-            break
-        blocks[1] = state_block([add_notes(r, notes) for r in renderings])
-        packed = pack(blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens)
     return Context(
         session_id=session,
         user_id=head["user_external"],
