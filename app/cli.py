@@ -184,9 +184,10 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
         settings = settings.model_copy(
             update={"worker_metrics_url": os.environ["MNEMO_WORKER_METRICS_URL"]}
         )
-        worker = KeptAlive(
-            [sys.executable, "-m", "app.cli", "worker", "--supervised-by", str(os.getpid())]
-        )
+        command = [sys.executable, "-m", "app.cli", "worker", "--supervised-by", str(os.getpid())]
+        if not settings.async_database_url:
+            command.append("--embedded-database")  # started by this process, on this host
+        worker = KeptAlive(command)
         worker.start()
     os.environ["MNEMO_EMBEDDED_WORKER"] = "false"
     try:
@@ -297,13 +298,18 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from app.core import tracing
     from app.core.metrics import Metrics
     from app.services.memories import check_stored_models
-    from app.stores.engine import make_engine
+    from app.stores.engine import make_engine, renice_backends
     from app.wiring import build_embedder_from_settings, build_worker
 
     url = prepare_database(settings)
+    backend_nice = settings.worker_nice if args.supervised_by and args.embedded_database else 0
 
     async def run() -> None:
-        engine = make_engine(url, pool_size=settings.worker_concurrency + 2)
+        engine = make_engine(url, pool_size=settings.worker_concurrency + 2, name="mnemo-worker")
+        if backend_nice:
+            # The worker's queries and writes run in Postgres processes of its own: niced
+            # like the worker, they leave the CPU to the API's first, as the worker does.
+            renice_backends(engine, backend_nice)
         tracing.setup(settings.tracing)
         tracing.instrument_engine(engine)
         http = httpx.AsyncClient()
@@ -326,6 +332,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
                 # jobs matter more than the counters (a restart would fail the same way).
                 print(f"mnemo worker: no metrics server ({exc}); running without", file=sys.stderr)
         worker = build_worker(settings, engine, http=http, metrics=metrics, embedder=embedder)
+        worker.backend_nice = backend_nice
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -642,6 +649,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PID",
         help="stop (as on SIGTERM) once PID is no longer this process's parent (`mnemo"
         " serve` starts its job worker so: a killed serve leaves no worker behind)",
+    )
+    worker.add_argument(
+        "--embedded-database",
+        action="store_true",
+        help="the database is the embedded one `mnemo serve` started on this host: the"
+        " worker's Postgres backends run at the worker's niceness too",
     )
     worker.set_defaults(func=cmd_worker)
     migrate = sub.add_parser("migrate", help="apply database migrations")

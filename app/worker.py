@@ -23,9 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core import tracing
 from app.core.config import Settings
 from app.core.retry import GiveUp, decide_retry
-from app.services.jobs import Handler, JobContext, LeaseLost
+from app.services.jobs import Handler, JobContext, LeaseLost, batch_of
 from app.stores import queue
-from app.stores.engine import autocommit
+from app.stores.engine import autocommit, renice_backend
 from app.stores.queue import Job
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,8 @@ class Worker:
     on_event: Callable[[str, Job, dict[str, Any]], None] | None = None
     # Housekeeping run every `interval` seconds by each worker (idempotent tasks only).
     periodic: Sequence[tuple[float, Callable[[], Awaitable[Any]]]] = ()
+    # The niceness its LISTEN connection's backend is given (``renice_backend``; 0: none).
+    backend_nice: int = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Work until ``stop`` is set."""
@@ -122,31 +124,89 @@ class Worker:
         if handler is None:
             await self._bury(job, f"no handler for job kind {job.kind!r}")
             return
-        ctx = JobContext(engine=self.engine, job=job, worker=self.name, settings=self.settings)
-        heartbeat = asyncio.create_task(self._heartbeat(job))
+        batch = await self._claim_batch(job, batch_of(handler))
+        ctx = JobContext(
+            engine=self.engine,
+            job=job,
+            worker=self.name,
+            settings=self.settings,
+            batch=tuple(batch) if len(batch) > 1 else (),
+        )
+        heartbeat = asyncio.create_task(self._heartbeat([j.id for j in ctx.jobs]))
         try:
             with tracing.span(
                 f"job {job.kind}",
                 kind="consumer",
                 link=job.payload.get(tracing.TRACE_KEY),
-                attributes={"mnemo.job.id": job.id, "mnemo.job.attempt": job.attempts},
+                attributes={
+                    "mnemo.job.id": job.id,
+                    "mnemo.job.attempt": job.attempts,
+                    "mnemo.job.batch": len(ctx.jobs),
+                },
             ):
                 await handler(ctx)
             if not ctx.committed:
                 async with self.engine.begin() as conn:
-                    await queue.complete(conn, job_id=job.id, worker=self.name)
-            self._emit("done", job, {})
+                    await queue.complete_all(
+                        conn, job_ids=[j.id for j in ctx.jobs], worker=self.name
+                    )
+            for done in ctx.jobs:
+                self._emit("done", done, {})
         except asyncio.CancelledError:
             raise
         except LeaseLost as exc:
             log.warning("%s", exc)
+            await self._release(ctx.jobs, "rolled back with its batch: a lease was lost")
             self._emit("lease_lost", job, {})
         except Exception as exc:  # a handler's failure is the job's, never the worker's
-            await self._after_failure(job, exc)
+            for failed in ctx.jobs:
+                await self._after_failure(failed, exc)
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+
+    async def _claim_batch(self, first: Job, size: int) -> list[Job]:
+        """``first`` and, for a batch handler, up to ``size`` - 1 more waiting jobs of its
+        kind and tenant, claimed ``job_batch_wait_s`` later (those claimed once too often
+        are buried, as one would be)."""
+        if size <= 1:
+            return [first]
+        # The jobs the writes of the next moments queue join this batch, not a next one.
+        await asyncio.sleep(self.settings.job_batch_wait_s)
+        try:
+            async with autocommit(self.engine) as conn:
+                more = await queue.claim_more(
+                    conn,
+                    like=first,
+                    n=size - 1,
+                    worker=self.name,
+                    lease_s=self.settings.job_lease_s,
+                )
+        except (OSError, DBAPIError, OperationalError) as exc:
+            log.warning("batch claim failed, running job %s alone: %s", first.id, exc)
+            return [first]
+        batch = [first]
+        for job in more:
+            if job.attempts > job.max_attempts:
+                await self._bury(job, "lease expired on the last attempt (worker died?)")
+            else:
+                batch.append(job)
+        return batch
+
+    async def _release(self, jobs: Sequence[Job], error: str) -> None:
+        """Back to the queue at once, the jobs of a batch still ours after it failed as a
+        whole for another job's sake (the one whose lease was lost is no longer ours)."""
+        if len(jobs) < 2:
+            return
+        try:
+            async with self.engine.begin() as conn:
+                for job in jobs:
+                    await queue.retry_later(
+                        conn, job_id=job.id, worker=self.name, delay_s=0.0, error=error
+                    )
+        except (OSError, DBAPIError, OperationalError):
+            log.warning("could not release the batch of job %s", jobs[0].id)
 
     async def _after_failure(self, job: Job, exc: BaseException) -> None:
         error = f"{type(exc).__name__}: {exc}"
@@ -175,25 +235,30 @@ class Worker:
             await queue.bury(conn, job_id=job.id, error=error)
         self._emit("dead", job, {"error": error})
 
-    async def _heartbeat(self, job: Job) -> None:
+    async def _heartbeat(self, job_ids: list[int]) -> None:
         interval = self.settings.job_lease_s / 3
         while True:
             await asyncio.sleep(interval)
             try:
                 async with self.engine.begin() as conn:
                     await queue.extend_lease(
-                        conn, job_id=job.id, worker=self.name, lease_s=self.settings.job_lease_s
+                        conn, job_ids=job_ids, worker=self.name, lease_s=self.settings.job_lease_s
                     )
             except (OSError, DBAPIError, OperationalError):
-                log.warning("heartbeat for job %s failed", job.id)
+                log.warning("heartbeat for job(s) %s failed", job_ids)
 
     async def _listen(self, wake: asyncio.Event, stop: asyncio.Event) -> None:
         """Keep a LISTEN connection open; on any trouble, rely on polling and retry later."""
         while not stop.is_set():
             conn = None
             try:
-                conn = await asyncpg.connect(asyncpg_dsn(self.engine))
-                await conn.add_listener(queue.CHANNEL, lambda *_: wake.set())
+                conn = await asyncpg.connect(
+                    asyncpg_dsn(self.engine),
+                    server_settings={"application_name": "mnemo-worker-listen"},
+                )
+                if self.backend_nice:
+                    renice_backend(conn, self.backend_nice)
+                await conn.add_listener(queue.CHANNEL, self._on_notify(wake))
                 while not stop.is_set() and not conn.is_closed():
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), self.settings.job_poll_interval_s)
@@ -204,6 +269,24 @@ class Worker:
                 if conn is not None and not conn.is_closed():
                     with contextlib.suppress(Exception):
                         await conn.close(timeout=2)
+
+    def _on_notify(self, wake: asyncio.Event) -> Callable[..., None]:
+        """The LISTEN callback. A job of a batched kind (embedding) wakes the worker
+        ``job_batch_wait_s`` later, not at once: the jobs a burst of writes queues in
+        that time are claimed and run together, and the worker leaves the CPU to the
+        requests in the meantime. Other kinds (a compression) wake it at once."""
+        gathered = {kind for kind, h in self.handlers.items() if batch_of(h) > 1}
+        delay = self.settings.job_batch_wait_s
+        loop = asyncio.get_running_loop()
+        timer: list[asyncio.TimerHandle] = []
+
+        def on_notify(_conn: object, _pid: int, _channel: str, kind: str) -> None:
+            if kind not in gathered or delay <= 0:
+                wake.set()
+            elif not timer or timer[0].when() <= loop.time():
+                timer[:] = [loop.call_later(delay, wake.set)]
+
+        return on_notify
 
     def _emit(self, what: str, job: Job, data: dict[str, Any]) -> None:
         if self.on_event is not None:

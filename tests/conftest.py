@@ -116,6 +116,7 @@ def make_settings(db_url: str, **overrides: object) -> Settings:
         "database_url": db_url,
         "embedded_worker": False,
         "job_poll_interval_s": 0.05,
+        "job_batch_wait_s": 0.0,  # embedding batches take what waits, at once
         "job_backoff_base_s": 0.05,
         # A deterministic, instant embedder; tests of retrieval quality ask for "use".
         "embedder": "hash",

@@ -9,6 +9,11 @@ A handler that changes state does so through ``JobContext.commit``, which marks
 the job done in the same transaction: the effect is applied exactly once even
 if the worker dies right after (the job is then done) or right before (the
 job is claimed again after its lease and nothing was applied).
+
+A handler declared with ``batch=N`` may be given up to N jobs of its kind and tenant
+claimed together (``JobContext.jobs``: one model call and one write for all of
+them); ``commit`` then marks every one of them done in that one transaction, or
+none (a lease lost on any of them rolls the whole batch back).
 """
 
 from __future__ import annotations
@@ -39,13 +44,22 @@ class JobContext:
     worker: str
     settings: Settings
     committed: bool = False
+    # The jobs claimed with ``job`` for a batch handler (``job`` first); empty otherwise.
+    batch: tuple[Job, ...] = ()
+
+    @property
+    def jobs(self) -> tuple[Job, ...]:
+        """Every job this run answers for: the batch, or the one job."""
+        return self.batch or (self.job,)
 
     async def commit(self, apply: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run ``apply`` and mark the job done, in one transaction."""
+        """Run ``apply`` and mark the job (every job of a batch) done, in one transaction."""
+        ids = [j.id for j in self.jobs]
         async with self.engine.begin() as conn:
             result = await apply(conn)
-            if not await queue.complete(conn, job_id=self.job.id, worker=self.worker):
-                raise LeaseLost(f"job {self.job.id} is no longer ours")
+            done = await queue.complete_all(conn, job_ids=ids, worker=self.worker)
+            if len(done) != len(ids):
+                raise LeaseLost(f"job(s) {sorted(set(ids) - done)} no longer ours")
         self.committed = True
         return result
 
@@ -54,11 +68,24 @@ Handler = Callable[[JobContext], Awaitable[None]]
 
 
 @dataclass(frozen=True)
+class BoundHandler:
+    """A declared handler with its dependencies: what the worker calls for a job, or for
+    a batch of up to ``batch`` jobs of its kind."""
+
+    run: Callable[[JobContext], Awaitable[None]]
+    batch: int = 1
+
+    async def __call__(self, ctx: JobContext) -> None:
+        await self.run(ctx)
+
+
+@dataclass(frozen=True)
 class JobHandler(Generic[D]):
     """A declared handler: the kind of job it runs, and its body over its deps ``D``."""
 
     kind: JobKind
     run: Callable[[JobContext, D], Awaitable[None]]
+    batch: int = 1
 
     @property
     def priority(self) -> int:
@@ -71,13 +98,21 @@ class JobHandler(Generic[D]):
         async def handle(ctx: JobContext) -> None:
             await run(ctx, deps)
 
-        return handle
+        return BoundHandler(handle, batch=self.batch)
 
 
-def job(kind: JobKind) -> Callable[[Callable[[JobContext, D], Awaitable[None]]], JobHandler[D]]:
-    """Declare a top-level ``async def handler(ctx, deps)`` as the one for ``kind``."""
+def batch_of(handler: Handler) -> int:
+    """How many jobs of its kind ``handler`` takes at once (1: one at a time)."""
+    return handler.batch if isinstance(handler, BoundHandler) else 1
+
+
+def job(
+    kind: JobKind, *, batch: int = 1
+) -> Callable[[Callable[[JobContext, D], Awaitable[None]]], JobHandler[D]]:
+    """Declare a top-level ``async def handler(ctx, deps)`` as the one for ``kind``; with
+    ``batch`` > 1 it may be given up to that many waiting jobs of its kind at once."""
 
     def declare(run: Callable[[JobContext, D], Awaitable[None]]) -> JobHandler[D]:
-        return JobHandler(kind=kind, run=run)
+        return JobHandler(kind=kind, run=run, batch=batch)
 
     return declare

@@ -39,7 +39,8 @@ from app.stores.engine import autocommit
 
 log = logging.getLogger(__name__)
 
-EMBED_BATCH = 64
+EMBED_BATCH = 64  # memories per model call
+EMBED_JOBS_PER_BATCH = 64  # embedding jobs (users) claimed together
 SIMILAR_EXISTING = 8
 
 
@@ -52,13 +53,17 @@ class MemoryDeps:
 # ---------------------------------------------------------------- embed_memories
 
 
-@job(JobKind.EMBED_MEMORIES)
+@job(JobKind.EMBED_MEMORIES, batch=EMBED_JOBS_PER_BATCH)
 async def embed_memories(ctx: JobContext, deps: MemoryDeps) -> None:
-    """Vectors for a user's memories that have none yet, a batch per transaction."""
-    user_pk = int(ctx.job.payload["user_pk"])
+    """Vectors for the memories without one of the users of the claimed jobs (a batch of
+    one tenant's users): one model call and one write per ``EMBED_BATCH`` memories."""
+    tenant = ctx.job.tenant_id
+    users = sorted({int(j.payload["user_pk"]) for j in ctx.jobs})
     while True:
         async with autocommit(ctx.engine) as conn:  # one read: no BEGIN/ROLLBACK
-            pending = await repo.pending_embeddings(conn, user_pk=user_pk, batch=EMBED_BATCH)
+            pending = await repo.pending_embeddings(
+                conn, tenant=tenant, user_pks=users, batch=EMBED_BATCH
+            )
         if not pending:
             return
         vectors = await deps.embedder.embed([t for _, t in pending])
@@ -68,10 +73,14 @@ async def embed_memories(ctx: JobContext, deps: MemoryDeps) -> None:
             pending: list[tuple[int, str]] = pending,
             vectors: list[list[float]] = vectors,
         ) -> None:
-            for (memory_id, _), vector in zip(pending, vectors, strict=True):
-                await repo.set_embedding(
-                    conn, memory_id=memory_id, embedding=vector, model=deps.embedder.model_id
-                )
+            await repo.set_embeddings(
+                conn,
+                tenant=tenant,
+                embeddings=[
+                    (memory_id, v) for (memory_id, _), v in zip(pending, vectors, strict=True)
+                ],
+                model=deps.embedder.model_id,
+            )
 
         if len(pending) < EMBED_BATCH:
             await ctx.commit(apply)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -86,7 +87,9 @@ def install_codecs(engine: AsyncEngine) -> None:
     event.listen(engine.sync_engine, "connect", _on_connect)
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+def make_engine(url: str, *, pool_size: int = 10, name: str = "mnemo") -> AsyncEngine:
+    """The engine of one process; ``name`` is its connections' ``application_name``
+    (``pg_stat_activity``: the API's and the worker's backends told apart)."""
     engine = create_async_engine(
         url,
         pool_size=pool_size,
@@ -100,10 +103,28 @@ def make_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         hide_parameters=True,
         # asyncpg's statement cache is per connection; keep it, it is what makes the
         # hot paths (ingest, context) cheap.
-        connect_args={"server_settings": {"application_name": "mnemo"}},
+        connect_args={"server_settings": {"application_name": name}},
     )
     install_codecs(engine)
     return engine
+
+
+def renice_backend(conn: asyncpg.Connection, niceness: int) -> None:
+    """Lower the CPU priority of ``conn``'s Postgres backend process to ``niceness``
+    (never raise it). Only for a database on this host whose processes this user may
+    renice (the embedded one); otherwise a no-op."""
+    with contextlib.suppress(OSError):  # another host's pid, or not ours to renice
+        pid = conn.get_server_pid()
+        os.setpriority(os.PRIO_PROCESS, pid, max(niceness, os.getpriority(os.PRIO_PROCESS, pid)))
+
+
+def renice_backends(engine: AsyncEngine, niceness: int) -> None:
+    """Every connection ``engine`` opens from now on gets ``renice_backend``."""
+
+    def lower(dbapi_connection: Any, _record: Any) -> None:
+        renice_backend(dbapi_connection.driver_connection, niceness)
+
+    event.listen(engine.sync_engine, "connect", lower)
 
 
 async def driver_connection(conn: AsyncConnection) -> asyncpg.Connection:

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, TypeAlias
 
 import asyncpg
+from pgvector import Vector
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -384,10 +385,28 @@ SWEEP_EXPIRED = text("""
     RETURNING id
 """)
 
+# pending_embeddings: the memories of some users of one tenant still without a vector.
 PENDING_EMBEDDINGS = text("""
     SELECT id, text FROM memories
-    WHERE user_id = :user_pk AND embedding IS NULL AND superseded_by IS NULL
+    WHERE tenant_id = :tenant AND user_id = ANY(CAST(:user_pks AS bigint[]))
+      AND embedding IS NULL AND superseded_by IS NULL
     ORDER BY id LIMIT :batch
+""")
+
+# set_embeddings: the vectors of many memories of one tenant in one statement (with
+# their half-precision copies). A memory another worker embedded meanwhile keeps its
+# vector: each memory is embedded once.
+SET_EMBEDDINGS = text(f"""
+    WITH v AS (
+        SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:embeddings AS vector[]))
+            AS v(id, embedding)),
+    m AS (
+        UPDATE memories SET embedding = v.embedding, embedding_model = :model,
+                            embedding_dim = :dim
+        FROM v
+        WHERE memories.id = v.id AND memories.tenant_id = :tenant AND memories.embedding IS NULL
+        RETURNING memories.id, memories.user_id, memories.kind, memories.embedding)
+    {VECTOR_COPY}
 """)
 
 SET_EMBEDDING = text(f"""
@@ -584,10 +603,34 @@ async def sweep_expired(conn: AsyncConnection, *, batch: int = 10_000) -> int:
 
 
 async def pending_embeddings(
-    conn: AsyncConnection, *, user_pk: int, batch: int
+    conn: AsyncConnection, *, tenant: str, user_pks: list[int], batch: int
 ) -> list[tuple[int, str]]:
-    rows = await conn.execute(PENDING_EMBEDDINGS, {"user_pk": user_pk, "batch": batch})
+    rows = await conn.execute(
+        PENDING_EMBEDDINGS, {"tenant": tenant, "user_pks": user_pks, "batch": batch}
+    )
     return [(r.id, r.text) for r in rows]
+
+
+async def set_embeddings(
+    conn: AsyncConnection,
+    *,
+    tenant: str,
+    embeddings: list[tuple[int, list[float]]],
+    model: str,
+) -> None:
+    """Write ``(memory id, vector)`` pairs of one tenant's memories, in one statement."""
+    if not embeddings:
+        return
+    await conn.execute(
+        SET_EMBEDDINGS,
+        {
+            "tenant": tenant,
+            "ids": [memory_id for memory_id, _ in embeddings],
+            "embeddings": [Vector(vector) for _, vector in embeddings],
+            "model": model,
+            "dim": len(embeddings[0][1]),
+        },
+    )
 
 
 async def set_embedding(

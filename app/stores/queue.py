@@ -91,43 +91,64 @@ def notify_added(cte: str) -> str:
     return f"(SELECT count(pg_notify(:job_channel, CAST(:job_kind AS text))) FROM {cte})"
 
 
-# claim: the oldest runnable job — queued and due, or running with an expired lease
-# (its worker died). A job whose session already has a running job of the same kind
+# runnable: a job queued and due, or running with an expired lease (its worker
+# died). A job whose session already has a running job of the same kind
 # waits, so one session is never compressed twice at once: a queued job waits even
 # while that running job's lease has expired (the stalled job is reclaimed itself),
 # otherwise claiming it would collide with the one-running-job index, and, sorted
-# first, it would make every claim of every worker fail.
-CLAIM = text("""
-    UPDATE jobs SET status = 'running',
-                    attempts = attempts + 1,
-                    locked_by = :worker,
-                    locked_until = now() + make_interval(secs => :lease_s),
-                    updated_at = now()
+# first, it would make every claim of every worker fail. (``j`` is the candidate job.)
+RUNNABLE = """
+    ((j.status = 'queued' AND j.run_after <= now())
+     OR (j.status = 'running' AND j.locked_until < now()))
+    AND NOT EXISTS (
+        SELECT 1 FROM jobs r
+        WHERE r.session_id = j.session_id AND r.kind = j.kind AND r.id <> j.id
+          AND r.status = 'running' AND (r.locked_until >= now() OR j.status = 'queued'))
+"""
+
+# claim: the first runnable job, by priority, then due time.
+CLAIM = text(f"""
+    UPDATE jobs SET status = 'running', attempts = attempts + 1, locked_by = :worker,
+                    locked_until = now() + make_interval(secs => :lease_s), updated_at = now()
     WHERE id = (
         SELECT j.id FROM jobs j
-        WHERE ((j.status = 'queued' AND j.run_after <= now())
-               OR (j.status = 'running' AND j.locked_until < now()))
-          AND NOT EXISTS (
-              SELECT 1 FROM jobs r
-              WHERE r.session_id = j.session_id AND r.kind = j.kind AND r.id <> j.id
-                AND r.status = 'running' AND (r.locked_until >= now() OR j.status = 'queued'))
+        WHERE {RUNNABLE}
         ORDER BY j.priority DESC, j.run_after, j.id
         LIMIT 1
         FOR UPDATE SKIP LOCKED)
     RETURNING id, tenant_id, session_id, kind, payload, attempts, max_attempts, created_at
 """)
 
-# extend_lease: a long job says it is alive.
-EXTEND_LEASE = text("""
-    UPDATE jobs SET locked_until = now() + make_interval(secs => :lease_s), updated_at = now()
-    WHERE id = :id AND status = 'running' AND locked_by = :worker
+# claim_more: after a claim, up to :n more runnable jobs of the same kind and tenant
+# (the same rule as CLAIM), for a handler that runs a batch of them together (one
+# embedding call, one write). One tenant per batch: its transaction stays on one
+# shard. Jobs another worker holds are skipped, never waited for.
+CLAIM_MORE = text(f"""
+    WITH picked AS MATERIALIZED (
+        SELECT j.id FROM jobs j
+        WHERE j.tenant_id = :tenant AND j.kind = :kind AND {RUNNABLE}
+        ORDER BY j.priority DESC, j.run_after, j.id
+        LIMIT :n
+        FOR UPDATE SKIP LOCKED)
+    UPDATE jobs SET status = 'running', attempts = attempts + 1, locked_by = :worker,
+                    locked_until = now() + make_interval(secs => :lease_s), updated_at = now()
+    FROM picked WHERE jobs.id = picked.id AND jobs.tenant_id = :tenant
+    RETURNING jobs.id, jobs.tenant_id, jobs.session_id, jobs.kind, jobs.payload,
+              jobs.attempts, jobs.max_attempts, jobs.created_at
 """)
 
-# complete: only the worker holding the lease may finish the job; returns whether it did.
+# extend_lease: long jobs (one, or a batch claimed together) say they are alive.
+EXTEND_LEASE = text("""
+    UPDATE jobs SET locked_until = now() + make_interval(secs => :lease_s), updated_at = now()
+    WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'running' AND locked_by = :worker
+""")
+
+# complete: only the worker holding the lease may finish a job (one, or a batch in one
+# statement); returns the ids it finished.
 COMPLETE = text("""
     UPDATE jobs SET status = 'done', finished_at = now(), updated_at = now(),
                     locked_until = NULL, last_error = NULL
-    WHERE id = :id AND status = 'running' AND locked_by = :worker
+    WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'running' AND locked_by = :worker
     RETURNING id
 """)
 
@@ -249,10 +270,7 @@ def _traced(payload: dict[str, Any] | None) -> dict[str, Any]:
     return {**(payload or {}), tracing.TRACE_KEY: context} if context else payload or {}
 
 
-async def claim(conn: AsyncConnection, *, worker: str, lease_s: float) -> Job | None:
-    row = (await conn.execute(CLAIM, {"worker": worker, "lease_s": lease_s})).first()
-    if row is None:
-        return None
+def _job(row: Any) -> Job:
     return Job(
         id=row.id,
         tenant_id=row.tenant_id,
@@ -265,9 +283,32 @@ async def claim(conn: AsyncConnection, *, worker: str, lease_s: float) -> Job | 
     )
 
 
+async def claim(conn: AsyncConnection, *, worker: str, lease_s: float) -> Job | None:
+    row = (await conn.execute(CLAIM, {"worker": worker, "lease_s": lease_s})).first()
+    return None if row is None else _job(row)
+
+
+async def claim_more(
+    conn: AsyncConnection, *, like: Job, n: int, worker: str, lease_s: float
+) -> list[Job]:
+    """Up to ``n`` more runnable jobs of ``like``'s kind and tenant, claimed at once."""
+    if n < 1:
+        return []
+    rows = await conn.execute(
+        CLAIM_MORE,
+        {"tenant": like.tenant_id, "kind": like.kind, "n": n, "worker": worker, "lease_s": lease_s},
+    )
+    return sorted((_job(r) for r in rows), key=lambda j: j.id)
+
+
 async def complete(conn: AsyncConnection, *, job_id: int, worker: str) -> bool:
-    row = (await conn.execute(COMPLETE, {"id": job_id, "worker": worker})).first()
-    return row is not None
+    return bool(await complete_all(conn, job_ids=[job_id], worker=worker))
+
+
+async def complete_all(conn: AsyncConnection, *, job_ids: list[int], worker: str) -> set[int]:
+    """Finish the jobs of ``job_ids`` this worker still holds; returns those it finished."""
+    rows = await conn.execute(COMPLETE, {"ids": job_ids, "worker": worker})
+    return {int(r.id) for r in rows}
 
 
 async def retry_later(
@@ -282,8 +323,10 @@ async def bury(conn: AsyncConnection, *, job_id: int, error: str) -> None:
     await conn.execute(BURY, {"id": job_id, "error": error[:4000]})
 
 
-async def extend_lease(conn: AsyncConnection, *, job_id: int, worker: str, lease_s: float) -> None:
-    await conn.execute(EXTEND_LEASE, {"id": job_id, "worker": worker, "lease_s": lease_s})
+async def extend_lease(
+    conn: AsyncConnection, *, job_ids: list[int], worker: str, lease_s: float
+) -> None:
+    await conn.execute(EXTEND_LEASE, {"ids": job_ids, "worker": worker, "lease_s": lease_s})
 
 
 async def queued_compression(conn: AsyncConnection, *, session_pk: int) -> int | None:

@@ -310,6 +310,11 @@ def test_serve_runs_its_job_worker_in_a_child_process(data_dir: Path) -> None:
             assert re.search(r"^mnemo_compressions_total\{.*\} [1-9]", metrics, re.M), metrics
             assert re.search(r"^mnemo_jobs_total\{.*\} [1-9]", metrics, re.M)
             assert re.search(r"^mnemo_turns_ingested_total [1-9]", metrics, re.M)
+        # The worker's Postgres backends are niced like the worker; the API's are not.
+        niceness = asyncio.run(_backend_niceness(data_dir))
+        assert niceness.get("mnemo-worker") == {10}, niceness
+        assert niceness.get("mnemo-worker-listen") == {10}, niceness
+        assert niceness.get("mnemo") == {0}, niceness
     finally:
         server.stop()
     assert server.process.returncode is not None
@@ -399,9 +404,28 @@ def _compress_one_session(c: httpx.Client) -> None:
     assert session["compressions"] >= 1, session
 
 
+async def _backend_niceness(data_dir: Path) -> dict[str, set[int]]:
+    """The niceness of the embedded database's client backends, by application name."""
+    conn = await asyncpg.connect(host=str(data_dir / "pg"), user="postgres", database="mnemo")
+    try:
+        rows = await conn.fetch(
+            "SELECT pid, application_name FROM pg_stat_activity"
+            " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await conn.close()
+    found: dict[str, set[int]] = {}
+    for r in rows:
+        with contextlib.suppress(OSError):
+            nice = os.getpriority(os.PRIO_PROCESS, r["pid"])
+            found.setdefault(r["application_name"], set()).add(nice)
+    return found
+
+
 def _is_job_worker(pid: int) -> bool:
     """The `mnemo worker` a `mnemo serve` supervises."""
-    return _cmdline(pid)[-3:-1] == ["worker", "--supervised-by"]
+    command = _cmdline(pid)
+    return command[2:4] == ["app.cli", "worker"] and "--supervised-by" in command
 
 
 def _descendants(pid: int) -> list[int]:

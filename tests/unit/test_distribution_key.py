@@ -103,7 +103,6 @@ NOT_YET: dict[str, str] = {
     "DELETE_MEMORY": USER_KEYED,
     "LEXICAL": USER_KEYED,
     "LIST_MEMORIES": USER_KEYED,
-    "PENDING_EMBEDDINGS": USER_KEYED,
     "POSTINGS": USER_KEYED,  # a fragment inserted with its memory, which carries the tenant
     "VECTOR_COPY": USER_KEYED,  # a fragment written with its memory's embedding
     "SET_EMBEDDING": ID_KEYED,
