@@ -265,8 +265,9 @@ VECTOR_EXACT = f"""
 # copies were ranked (``near``): fewer than k live rows out of a full ``near`` means
 # the slack ran out, and the caller ranks the memories themselves (VECTOR_EXACT).
 # A heavy user gets one row (live count, NULL memory) and is searched through HNSW.
-# ``fence`` is never true (k >= 1) and costs nothing in a plan made for this execution's
-# values (a custom plan drops it); a generic plan must cost it as a million-row scan,
+# ``fence`` (one row, joined to ``live``) is never true (a negative k fails the LIMIT
+# anyway) and costs nothing in a plan made for this execution's values (a custom plan
+# drops the scan); a generic plan must cost it as a million-row scan,
 # so Postgres never swaps the custom plans of this statement for a generic one. A
 # generic plan is costed once, for the tables of that moment, and kept on the
 # connection while they grow: made on a fresh database (a handful of rows), it
@@ -289,8 +290,8 @@ VECTOR_ROUTED = f"""
     fence AS MATERIALIZED (
         SELECT count(*) AS n FROM generate_series(1, {PLAN_FENCE_ROWS})
         WHERE CAST($5 AS integer) < 0)
-    SELECT live.n AS live, (SELECT count(*) FROM near) + (SELECT n FROM fence) AS near, e.*
-    FROM live LEFT JOIN LATERAL (
+    SELECT live.n AS live, (SELECT count(*) FROM near) AS near, e.*
+    FROM live CROSS JOIN fence LEFT JOIN LATERAL (
         SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> $2) AS score
         FROM memories m
         WHERE m.id = ANY (ARRAY(SELECT memory_id FROM near))
