@@ -26,13 +26,20 @@ from functools import lru_cache
 from typing import Any
 
 from app.compression.extract.context import Context
-from app.compression.extract.patterns import HINT_REVOKE, REVOKE
 from app.compression.extract.rules import extract_units, first_reply_answers
 from app.compression.live import LiveTurn
 from app.compression.merge import merge
 from app.compression.render import LABELS
-from app.compression.state import Goal, TaskState, Unit
-from app.compression.text import clip, normalize
+from app.compression.state import (
+    Constraint,
+    ConstraintUnit,
+    Goal,
+    RevocationUnit,
+    TaskState,
+    TodoUnit,
+    Unit,
+)
+from app.compression.text import clip, item_key, normalize
 from app.compression.untrusted import one_line
 from app.core.turns import TurnView
 
@@ -56,8 +63,13 @@ _ORDER = (
 # The kinds a left-out live turn adds that the context must not lose before the next
 # compression: what the renderer never drops (and what the turn's revocations retire).
 _KEPT_KINDS = frozenset(("constraint", "high_stakes", "todo", "pending", "revocation"))
-# A state with a goal: a live turn is not read as the session's first request.
-_WITH_GOAL = TaskState(goal=Goal(key="goal", text="goal"))
+# A state with a goal (a live turn is not read as the session's first request) and one
+# rule without words, the latest a bare "scratch that" can withdraw.
+_LATEST = "constraint:\u2063"
+_WITH_LATEST = TaskState(
+    goal=Goal(key="goal", text="goal"),
+    constraints=[Constraint(key=_LATEST, text="\u2063")],
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,15 +95,11 @@ def _through(rendered: str) -> int | None:
 
 @lru_cache(maxsize=4096)
 def _turn_units(text: str) -> tuple[Unit, ...]:
-    """The units the rule extractor takes from one user turn of the kinds kept."""
-    units = extract_units([_as_turn(text)], _WITH_GOAL)
+    """The units the rule extractor takes from one user turn of the kinds kept. A bare
+    withdrawal ("scratch that", "算了") targets ``_LATEST``: what it withdraws is the
+    latest rule or step said before it, known only beside the other turns."""
+    units = extract_units([_as_turn(text)], _WITH_LATEST)
     return tuple(u for u in units if u.kind in _KEPT_KINDS)
-
-
-@lru_cache(maxsize=4096)
-def _withdraws(text: str) -> bool:
-    lowered = text.lower()
-    return HINT_REVOKE.search(lowered) is not None and REVOKE.search(text) is not None
 
 
 def _as_turn(text: str) -> TurnView:
@@ -113,22 +121,11 @@ def notes_for(rendered: str, live: Iterable[LiveTurn], left_out: set[int]) -> li
     turns = sorted((t for t in live if t.role == "user" and t.content), key=lambda t: t.seq)
     if not any(t.seq in left_out for t in turns):
         return []
-    units: list[Unit] = []
-    for turn in turns:
-        text = turn.content or ""
-        if _withdraws(text) and units:
-            # "Scratch that" names what it withdraws only beside what came before.
-            before = merge(_WITH_GOAL, units)
-            said: tuple[Unit, ...] = tuple(
-                u for u in extract_units([_as_turn(text)], before) if u.kind in _KEPT_KINDS
-            )
-        else:
-            said = _turn_units(text)
-        units += [u.model_copy(update={"source_seqs": [turn.seq]}) for u in said]
-    if not any(max(u.source_seqs) in left_out for u in units if u.kind != "revocation"):
+    said = tuple((t.seq, t.content or "") for t in turns if _turn_units(t.content or ""))
+    if not any(seq in left_out for seq, _ in said):
         return []
     lang = _language(rendered)
-    state = merge(TaskState(language="zh" if lang == "zh" else "en"), units)
+    state = _live_state(said, lang)
     shown = normalize(rendered)
     lab = LABELS[lang]
 
@@ -154,6 +151,25 @@ def notes_for(rendered: str, live: Iterable[LiveTurn], left_out: set[int]) -> li
                 line += lab["missing"].format(items=items)
             notes.append(Note("todos", line))
     return notes
+
+
+@lru_cache(maxsize=1024)
+def _live_state(said: tuple[tuple[int, str], ...], lang: str) -> TaskState:
+    """What the live user turns ``said`` ((seq, text), oldest first) state, merged as
+    the next compression merges it; a bare withdrawal retires the latest rule or step
+    said before it. Memoised: a session's reads see the same turns until a new one."""
+    units: list[Unit] = []
+    latest: str | None = None
+    for seq, text in said:
+        for unit in _turn_units(text):
+            if isinstance(unit, RevocationUnit) and unit.target == _LATEST:
+                if latest is None:
+                    continue  # it withdraws something the stored state holds
+                unit = unit.model_copy(update={"target": latest})
+            units.append(unit.model_copy(update={"source_seqs": [seq]}))
+            if isinstance(unit, (ConstraintUnit, TodoUnit)):
+                latest = unit.key or item_key(unit.kind, unit.text)
+    return merge(TaskState(language="zh" if lang == "zh" else "en"), units)
 
 
 # ------------------------------------------------------------------ answered questions
