@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator
 
 import httpx
@@ -170,6 +171,15 @@ recent raw turns, within a token budget. Errors are RFC 9457 problem+json.
 """
 
 
+def set_aside_startup_objects() -> None:
+    """Move every object alive once the app has started (modules, the app, the embedding
+    model, the tokenizer) into the garbage collector's permanent generation: a full
+    collection then traverses only what was allocated since. With them, each full
+    collection of the API process took 120-220 ms (about 150,000 objects) and held up
+    every request in flight (the 8-client context p99 of ``bench.latency``)."""
+    gc.freeze()  # no collection first: it would cost as much once (garbage waits for unfreeze)
+
+
 def create_app(
     settings: Settings, *, database_url: str, engine: AsyncEngine | None = None
 ) -> FastAPI:
@@ -191,6 +201,13 @@ def create_app(
         warm = getattr(app.state.embedder, "warm_up", None)
         # The model loads in the background; the first query embeds on a warm model.
         warming = asyncio.create_task(warm()) if warm is not None else None
+
+        async def settle() -> None:
+            if warming is not None:
+                await warming
+            set_aside_startup_objects()
+
+        settled = asyncio.create_task(settle())
         if settings.embedded_worker:
             worker = build_worker(
                 settings,
@@ -208,6 +225,8 @@ def create_app(
                 await worker_task
             if warming is not None:
                 await warming
+            await settled
+            gc.unfreeze()  # what the app held can be collected again once it is gone
             await http.aclose()
             if own_engine:
                 await app.state.engine.dispose()

@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     job_poll_interval_s: float = Field(default=1.0, gt=0)
     # A batched kind of job (embedding memories) is run this long after the write that
     # woke the worker, and again after its claim: the jobs queued meanwhile join it.
-    job_batch_wait_s: float = Field(default=0.1, ge=0, le=10)
+    job_batch_wait_s: float = Field(default=0.05, ge=0, le=10)
     job_lease_s: float = Field(default=60.0, gt=0)
     job_max_attempts: int = Field(default=5, ge=1)
     job_backoff_base_s: float = Field(default=2.0, gt=0)
