@@ -203,9 +203,10 @@ def create_app(
         warming = asyncio.create_task(warm()) if warm is not None else None
 
         async def settle() -> None:
-            if warming is not None:
-                await warming
             set_aside_startup_objects()
+            if warming is not None:  # and the model's, once loaded
+                await warming
+                set_aside_startup_objects()
 
         settled = asyncio.create_task(settle())
         if settings.embedded_worker:
