@@ -10,11 +10,16 @@ import asyncpg
 
 # context_read: the session, its owner, its rendered state and its newest live
 # (uncompacted) turns as JSON, newest first. Compacted turns are represented by
-# the task state, never twice.
+# the task state, never twice. ``OFFSET 0`` keeps ``has_memories`` a probe of the
+# user's rows: without it Postgres may answer the EXISTS by hashing every live memory
+# of every user, and a generic plan made while the table held a handful of rows did
+# so on each read once it held thousands (asyncpg prepares the statement once per
+# connection; the plan stays until an ANALYZE).
 CONTEXT_READ = """
     SELECT s.id, s.user_id, u.external_id AS user_external, s.total_tokens, s.last_user_seq,
            EXISTS (SELECT 1 FROM memories m
-                    WHERE m.user_id = s.user_id AND m.superseded_by IS NULL) AS has_memories,
+                    WHERE m.user_id = s.user_id AND m.superseded_by IS NULL
+                    OFFSET 0) AS has_memories,
            coalesce(ts.version, 0) AS version, coalesce(ts.rendered, '') AS rendered,
            coalesce(ts.state->'renderings', '[]') AS renderings,
            -- the state's open questions: the first live user reply may answer one

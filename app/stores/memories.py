@@ -336,6 +336,10 @@ SEQSCAN_BACK_ON = "SELECT set_config('enable_seqscan', 'on', true)"
 # are normalised (b). Superseded and expired memories are left out after scoring.
 # The one-row CTEs are MATERIALIZED: inlined, the planner (expecting one posting)
 # recounted the user's memories once per posting (36 of 38 ms for a 1,000-row user).
+# The hits are fetched by primary key, one lookup each (a LATERAL subquery that
+# ``OFFSET 0`` keeps apart, with the liveness test outside it): joined, a generic plan
+# made while the table held a handful of rows read the index of every user's live
+# memories once per hit (20 x 8,400 rows, 3.4 ms instead of 0.5, until an ANALYZE).
 BM25_K1 = 1.2
 BM25_B = 0.75
 LEXICAL = f"""
@@ -360,8 +364,9 @@ LEXICAL = f"""
         GROUP BY p.memory_id
         ORDER BY score DESC, p.memory_id
         LIMIT CAST($4 AS integer) + 16)
-    SELECT {MEMORY_COLUMNS}, scored.score
-    FROM scored JOIN memories m ON m.id = scored.id
+    SELECT m.*, scored.score
+    FROM scored CROSS JOIN LATERAL (
+        SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id = scored.id OFFSET 0) AS m
     WHERE m.superseded_by IS NULL AND (m.expires_at IS NULL OR m.expires_at > now())
     ORDER BY scored.score DESC, m.id
     LIMIT $4

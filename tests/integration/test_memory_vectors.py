@@ -256,6 +256,16 @@ def literal(value: Any) -> str:
     return "'" + str(value) + "'"
 
 
+async def add_notes(engine: AsyncEngine, user: str, count: int, rng: random.Random) -> int:
+    """``count`` memories of ``user`` (two random words and a number, and a vector)."""
+    async with engine.begin() as conn:
+        user_pk = await sessions.ensure_user(conn, tenant="default", user=user)
+        for i in range(count):
+            words = f"{rng.choice(WORDS)} {rng.choice(WORDS)} note {i}"
+            await add(conn, user_pk, words, embedding=unit(rng))
+    return user_pk
+
+
 async def buffers(db: asyncpg.Connection, marker: str, *args: Any) -> tuple[int, int]:
     """(shared buffers read, generic plans so far) of the statement the driver prepared
     for the SQL containing ``marker``, executed with ``args`` as that connection would."""
@@ -285,15 +295,7 @@ async def test_a_search_reads_its_user_not_the_table_after_the_table_grew(
     keeps custom plans and fetches its candidates by primary key."""
     rng = random.Random(11)
 
-    async def add_many(user: str, count: int) -> int:
-        async with engine.begin() as conn:
-            user_pk = await sessions.ensure_user(conn, tenant="default", user=user)
-            for i in range(count):
-                words = f"{rng.choice(WORDS)} {rng.choice(WORDS)} note {i}"
-                await add(conn, user_pk, words, embedding=unit(rng))
-        return user_pk
-
-    user_pk = await add_many("small", 4)
+    user_pk = await add_notes(engine, "small", 4, rng)
     query = unit(rng)
     terms = search_terms(" ".join(WORDS))
     async with engine.connect() as conn:
@@ -302,7 +304,7 @@ async def test_a_search_reads_its_user_not_the_table_after_the_table_grew(
         for _ in range(8):
             await repo.vector_search(conn, user_pk=user_pk, query=query, model=MODEL, k=10)
             await repo.lexical_search(conn, user_pk=user_pk, terms=terms, k=20)
-        await add_many("large", 600)  # other users' memories arrive
+        await add_notes(engine, "large", 600, rng)  # other users' memories arrive
         found = await repo.vector_search(conn, user_pk=user_pk, query=query, model=MODEL, k=10)
         assert len(found) == 4
         vector, vector_generic = await buffers(

@@ -1,0 +1,66 @@
+"""The hot reads keep reading one session and one user after the tables grew.
+
+asyncpg prepares each statement once per pool connection, and after five runs
+Postgres may switch it to a generic plan, costed for the table sizes of that
+moment and kept on the connection while the tables grow (until an ANALYZE). On a
+fresh database (a handful of rows) such a plan must not be one that reads every
+user's rows: each test runs a statement more than five times for a small user,
+lets other users' rows arrive, and reads the plan the connection then executes.
+"""
+
+from __future__ import annotations
+
+import random
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.memories.bm25 import search_terms
+from app.stores import memories as repo
+from app.stores import sessions
+from app.stores.context import read_context
+from app.stores.engine import driver_connection
+from tests.integration.test_memory_vectors import WORDS, add_notes, buffers
+
+# More runs than Postgres waits before it considers a generic plan.
+RUNS = 8
+OTHERS = 600
+
+
+async def test_the_context_read_of_a_session_reads_its_user_not_every_memory(
+    engine: AsyncEngine,
+) -> None:
+    """Whether the session's user has memories was answered by hashing every live
+    memory of every user, once the plan was made while there were a handful."""
+    rng = random.Random(3)
+    await add_notes(engine, "small", 2, rng)
+    async with engine.begin() as conn:
+        await sessions.create_session(conn, tenant="default", session="s-small", user="small")
+        await sessions.create_session(conn, tenant="default", session="s-none", user="none")
+    async with engine.connect() as conn:
+        db = await driver_connection(conn)
+        for _ in range(RUNS):
+            small = await read_context(db, tenant="default", session="s-small", limit=64, offset=0)
+            assert small is not None and small["has_memories"] is True
+        await add_notes(engine, "large", OTHERS, rng)
+        head = await read_context(db, tenant="default", session="s-none", limit=64, offset=0)
+        assert head is not None and head["has_memories"] is False
+        read, _ = await buffers(db, "AS has_memories", "default", "s-none", 64, 0)
+    assert read < 40, read  # a few index pages per table, never the 600 memories
+
+
+async def test_a_lexical_search_fetches_its_hits_by_key_after_the_table_grew(
+    engine: AsyncEngine,
+) -> None:
+    """The BM25 hits were joined to the memories by a scan of every live memory per hit."""
+    rng = random.Random(5)
+    await add_notes(engine, "before", 50, rng)
+    user_pk = await add_notes(engine, "small", 20, rng)
+    terms = search_terms(" ".join(WORDS))
+    async with engine.connect() as conn:
+        db = await driver_connection(conn)
+        for _ in range(RUNS):
+            assert len(await repo.lexical_search(db, user_pk=user_pk, terms=terms, k=20)) == 20
+        await add_notes(engine, "large", OTHERS, rng)
+        assert len(await repo.lexical_search(db, user_pk=user_pk, terms=terms, k=20)) == 20
+        read, _ = await buffers(db, "df AS MATERIALIZED", user_pk, terms, None, 20)
+    assert read < 150, read  # 20 hits by key (3 pages each) and the postings
