@@ -33,6 +33,23 @@ VECTOR_SCHEMA = """
 """
 
 
+# A statement is prepared once per pool connection (asyncpg's statement cache). After
+# five runs Postgres may swap the plans it makes for each execution's values for one
+# generic plan, costed for the table sizes of that moment and kept on the connection
+# while the tables grow, until an ANALYZE: made on a fresh database (a handful of rows)
+# it can read a whole table where the plan for the values reads a few rows. A statement
+# whose generic plan did so carries ``plan_fence`` as a one-row CTE joined to its rows:
+# ``never`` is a condition on a parameter that no execution meets, so a plan made for
+# the values drops the scan, but a generic plan must cost it as a million-row scan, and
+# Postgres keeps planning the statement for its values (~0.2-0.3 ms each time).
+PLAN_FENCE_ROWS = 1_000_000
+
+
+def plan_fence(never: str) -> str:
+    """The fence's SQL, one row (``n``); ``never`` is never true for any execution."""
+    return f"SELECT count(*) AS n FROM generate_series(1, {PLAN_FENCE_ROWS}) WHERE {never}"
+
+
 def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 

@@ -27,7 +27,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.stores import queue
-from app.stores.engine import driver_connection
+from app.stores.engine import driver_connection, plan_fence
 from app.stores.tables import EMBEDDING_DIM
 
 EXACT_SCAN_MAX = 5_000
@@ -265,9 +265,10 @@ VECTOR_EXACT = f"""
 # copies were ranked (``near``): fewer than k live rows out of a full ``near`` means
 # the slack ran out, and the caller ranks the memories themselves (VECTOR_EXACT).
 # A heavy user gets one row (live count, NULL memory) and is searched through HNSW.
-# ``fence`` (one row, joined to ``live``) is never true (a negative k fails the LIMIT
-# anyway) and costs nothing in a plan made for this execution's values (a custom plan
-# drops the scan); a generic plan must cost it as a million-row scan,
+# ``fence`` (``engine.plan_fence``: one row, joined to ``live``) is never true (a
+# negative k fails the LIMIT anyway) and costs nothing in a plan made for this
+# execution's values (a custom plan drops the scan); a generic plan must cost it as a
+# million-row scan,
 # so Postgres never swaps the custom plans of this statement for a generic one. A
 # generic plan is costed once, for the tables of that moment, and kept on the
 # connection while they grow: made on a fresh database (a handful of rows), it
@@ -275,7 +276,6 @@ VECTOR_EXACT = f"""
 # of the peers benchmark, on one of two pool connections). Custom plans cost no more
 # here (0.87 vs 0.86 ms on the largest LoCoMo user).
 NEAR_SLACK = 16
-PLAN_FENCE_ROWS = 1_000_000
 VECTOR_ROUTED = f"""
     WITH live AS MATERIALIZED (
         SELECT count(*) AS n FROM (
@@ -287,9 +287,7 @@ VECTOR_ROUTED = f"""
           AND (CAST($4 AS text) IS NULL OR v.kind = $4)
         ORDER BY v.embedding <=> CAST(CAST($2 AS vector) AS halfvec({EMBEDDING_DIM}))
         LIMIT CAST($5 AS integer) + {NEAR_SLACK}),
-    fence AS MATERIALIZED (
-        SELECT count(*) AS n FROM generate_series(1, {PLAN_FENCE_ROWS})
-        WHERE CAST($5 AS integer) < 0)
+    fence AS MATERIALIZED ({plan_fence("CAST($5 AS integer) < 0")})
     SELECT live.n AS live, (SELECT count(*) FROM near) AS near, e.*
     FROM live CROSS JOIN fence LEFT JOIN LATERAL (
         SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> $2) AS score

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core import tracing
 from app.core.jobs import priority_of
+from app.stores.engine import plan_fence
 
 CHANNEL = "mnemo_jobs"
 
@@ -122,17 +123,21 @@ CLAIM = text(f"""
 # claim_more: after a claim, up to :n more runnable jobs of the same kind and tenant
 # (the same rule as CLAIM), for a handler that runs a batch of them together (one
 # embedding call, one write). One tenant per batch: its transaction stays on one
-# shard. Jobs another worker holds are skipped, never waited for.
+# shard. Jobs another worker holds are skipped, never waited for. The fence
+# (``engine.plan_fence``; :n is at least 1): a generic plan made on a fresh database
+# matched every job of the tenant against every picked one (9-21 ms instead of 0.7
+# with 1,200 jobs, growing with the jobs kept).
 CLAIM_MORE = text(f"""
     WITH picked AS MATERIALIZED (
         SELECT j.id FROM jobs j
         WHERE j.tenant_id = :tenant AND j.kind = :kind AND {RUNNABLE}
         ORDER BY j.priority DESC, j.run_after, j.id
         LIMIT :n
-        FOR UPDATE SKIP LOCKED)
+        FOR UPDATE SKIP LOCKED),
+    fence AS MATERIALIZED ({plan_fence("CAST(:n AS integer) < 1")})
     UPDATE jobs SET status = 'running', attempts = attempts + 1, locked_by = :worker,
                     locked_until = now() + make_interval(secs => :lease_s), updated_at = now()
-    FROM picked WHERE jobs.id = picked.id AND jobs.tenant_id = :tenant
+    FROM picked CROSS JOIN fence WHERE jobs.id = picked.id AND jobs.tenant_id = :tenant
     RETURNING jobs.id, jobs.tenant_id, jobs.session_id, jobs.kind, jobs.payload,
               jobs.attempts, jobs.max_attempts, jobs.created_at
 """)

@@ -14,11 +14,12 @@ import random
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.core.jobs import JobKind
 from app.memories.bm25 import search_terms
 from app.stores import memories as repo
-from app.stores import sessions
+from app.stores import queue, sessions
 from app.stores.context import read_context
-from app.stores.engine import driver_connection
+from app.stores.engine import autocommit, driver_connection
 from tests.integration.test_memory_vectors import WORDS, add_notes, buffers
 
 # More runs than Postgres waits before it considers a generic plan.
@@ -64,3 +65,40 @@ async def test_a_lexical_search_fetches_its_hits_by_key_after_the_table_grew(
         assert len(await repo.lexical_search(db, user_pk=user_pk, terms=terms, k=20)) == 20
         read, _ = await buffers(db, "df AS MATERIALIZED", user_pk, terms, None, 20)
     assert read < 150, read  # 20 hits by key (3 pages each) and the postings
+
+
+async def test_a_batch_claim_keeps_plans_made_for_its_values(engine: AsyncEngine) -> None:
+    """A worker's batch claim, generic once made on a fresh database, matched every job
+    of the tenant against every picked one (9-21 ms instead of 0.7 with 1,200 jobs)."""
+
+    async def enqueue(count: int) -> None:
+        async with engine.begin() as conn:
+            for _ in range(count):
+                await queue.enqueue(
+                    conn,
+                    tenant_id="default",
+                    session_id=None,
+                    kind=JobKind.EMBED_MEMORIES,
+                    max_attempts=3,
+                )
+
+    async with autocommit(engine) as conn:
+        db = await driver_connection(conn)
+        for _ in range(RUNS):
+            await enqueue(3)
+            first = await queue.claim(conn, worker="w", lease_s=30)
+            assert first is not None
+            more = await queue.claim_more(conn, like=first, n=64, worker="w", lease_s=30)
+            assert len(more) == 2
+            done = [first.id, *(j.id for j in more)]
+            assert await queue.complete_all(conn, job_ids=done, worker="w") == set(done)
+        await enqueue(OTHERS)
+        first = await queue.claim(conn, worker="w", lease_s=30)
+        assert first is not None
+        assert len(await queue.claim_more(conn, like=first, n=64, worker="w", lease_s=30)) == 64
+        [generic] = [
+            r["generic_plans"]
+            for r in await db.fetch("SELECT statement, generic_plans FROM pg_prepared_statements")
+            if "WITH picked AS MATERIALIZED" in r["statement"]
+        ]
+    assert generic == 0  # planned for each execution's values
