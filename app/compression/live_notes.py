@@ -106,9 +106,14 @@ def _as_turn(text: str) -> TurnView:
     return TurnView(seq=0, role="user", content=text)
 
 
-def carriers(live: Iterable[LiveTurn]) -> set[int]:
-    """Seqs of the live user turns that state anything ``notes_for`` may add."""
-    return {t.seq for t in live if t.role == "user" and t.content and _turn_units(t.content)}
+def _carries(turn: LiveTurn) -> bool:
+    return turn.role == "user" and bool(turn.content) and bool(_turn_units(turn.content or ""))
+
+
+def any_carrier(live: Iterable[LiveTurn]) -> bool:
+    """Whether a live user turn states anything ``notes_for`` may add (stops at the
+    first: on the read path, most turns need not be read at all)."""
+    return any(_carries(t) for t in live)
 
 
 def notes_for(rendered: str, live: Iterable[LiveTurn], left_out: set[int]) -> list[Note]:
@@ -119,11 +124,10 @@ def notes_for(rendered: str, live: Iterable[LiveTurn], left_out: set[int]) -> li
     if not rendered or not left_out:
         return []
     turns = sorted((t for t in live if t.role == "user" and t.content), key=lambda t: t.seq)
-    if not any(t.seq in left_out for t in turns):
+    # The left-out turns first: every turn is read only when one of them says something.
+    if not any(_carries(t) for t in turns if t.seq in left_out):
         return []
     said = tuple((t.seq, t.content or "") for t in turns if _turn_units(t.content or ""))
-    if not any(seq in left_out for seq, _ in said):
-        return []
     lang = _language(rendered)
     state = _live_state(said, lang)
     shown = normalize(rendered)

@@ -15,7 +15,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compression.live import LiveTurn, apply_changes, live_changes, may_change
-from app.compression.live_notes import add_notes, answered, carriers, notes_for, resolve
+from app.compression.live_notes import add_notes, answered, any_carrier, notes_for, resolve
 from app.compression.notice import with_notice
 from app.context.pack import (
     Block,
@@ -298,7 +298,7 @@ async def build_context(
         )
         blocks.append(Block("memories", text))
         memory_ids = [m.id for m in placed]
-    if carriers(live):
+    if any_carrier(live):
         blocks[1] = _with_live_notes(
             blocks,
             recent,
