@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.jobs import JobKind
@@ -99,6 +100,32 @@ async def test_a_batch_claim_keeps_plans_made_for_its_values(engine: AsyncEngine
         [generic] = [
             r["generic_plans"]
             for r in await db.fetch("SELECT statement, generic_plans FROM pg_prepared_statements")
-            if "WITH picked AS MATERIALIZED" in r["statement"]
+            if "fence AS MATERIALIZED" in r["statement"]
         ]
     assert generic == 0  # planned for each execution's values
+
+
+async def test_a_claim_walks_the_runnable_index_not_every_waiting_job(engine: AsyncEngine) -> None:
+    """With 10,000 jobs waiting, a claim sorted every runnable job (a scan of the queue and
+    its sort, for each claim of each worker); it reads the first entries of the index of
+    waiting jobs instead, in the queue's order: priority, then due time."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("""
+                INSERT INTO jobs (tenant_id, kind, max_attempts, priority, run_after)
+                SELECT 'default', 'embed_memories', 3, 0, now() - make_interval(secs => 10001 - i)
+                FROM generate_series(1, 10000) AS i
+            """)
+        )
+        urgent = await queue.enqueue(
+            conn, tenant_id="default", session_id=None, kind=JobKind.COMPRESS, max_attempts=3
+        )
+        await conn.execute(text("ANALYZE jobs"))
+    async with autocommit(engine) as conn:
+        db = await driver_connection(conn)
+        claimed = [await queue.claim(conn, worker="w", lease_s=30) for _ in range(RUNS)]
+        assert claimed[0] is not None and claimed[0].id == urgent
+        oldest = [j.id for j in claimed[1:] if j is not None]
+        assert oldest == list(range(1, RUNS))  # the longest due first
+        read, _ = await buffers(db, "locked_by = $1", "w", 30)
+    assert read < 40, read  # the head of the index (166 when it sorted), not the 10,000 jobs
