@@ -124,7 +124,9 @@ class Worker:
         if handler is None:
             await self._bury(job, f"no handler for job kind {job.kind!r}")
             return
-        batch = await self._claim_batch(job, batch_of(handler))
+        # A job claimed before (it failed, or its worker died) runs alone: one that fails
+        # again fails alone, and holds no batch of other jobs back.
+        batch = await self._claim_batch(job, batch_of(handler) if job.attempts == 1 else 1)
         ctx = JobContext(
             engine=self.engine,
             job=job,
@@ -168,8 +170,7 @@ class Worker:
 
     async def _claim_batch(self, first: Job, size: int) -> list[Job]:
         """``first`` and, for a batch handler, up to ``size`` - 1 more waiting jobs of its
-        kind and tenant, claimed ``job_batch_wait_s`` later (those claimed once too often
-        are buried, as one would be)."""
+        kind and tenant never claimed before, claimed ``job_batch_wait_s`` later."""
         if size <= 1:
             return [first]
         # The jobs the writes of the next moments queue join this batch, not a next one.
@@ -186,13 +187,7 @@ class Worker:
         except (OSError, DBAPIError, OperationalError) as exc:
             log.warning("batch claim failed, running job %s alone: %s", first.id, exc)
             return [first]
-        batch = [first]
-        for job in more:
-            if job.attempts > job.max_attempts:
-                await self._bury(job, "lease expired on the last attempt (worker died?)")
-            else:
-                batch.append(job)
-        return batch
+        return [first, *more]
 
     async def _release(self, jobs: Sequence[Job], error: str) -> None:
         """Back to the queue at once, the jobs of a batch still ours after it failed as a

@@ -13,7 +13,10 @@ job is claimed again after its lease and nothing was applied).
 A handler declared with ``batch=N`` may be given up to N jobs of its kind and tenant
 claimed together (``JobContext.jobs``: one model call and one write for all of
 them); ``commit`` then marks every one of them done in that one transaction, or
-none (a lease lost on any of them rolls the whole batch back).
+none (a lease lost on any of them rolls the whole batch back). A batch that fails
+is retried job by job: each of its jobs is queued again with its attempt counted,
+and a job claimed before runs alone (``Worker._run_job``), so a job that keeps
+failing fails alone and the others of its batch go through on their next attempt.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 EMBED_BATCH = 64  # memories per model call
 EMBED_JOBS_PER_BATCH = 64  # embedding jobs (users) claimed together
+INDEX_JOBS_PER_BATCH = 16  # index jobs (sessions) claimed together
 SIMILAR_EXISTING = 8
 
 
@@ -159,96 +160,146 @@ def index_rows(
     return rows, closed
 
 
-@job(JobKind.INDEX_SESSION)
-async def index_session(ctx: JobContext, deps: MemoryDeps) -> None:
-    """Index new turns as episodes and single turns (open rows are redone next time),
-    embed them, and embed the newest user turn so /context can reuse it."""
+@dataclass(frozen=True)
+class IndexRun:
+    """What indexing derived from one session's new turns, before any vector."""
 
-    sid = ctx.job.session_id
-    async with ctx.engine.connect() as conn:
-        head = await sessions.index_head(conn, session_pk=sid)
-        if head is None:
-            return
-        turns, newest_pk = await sessions.turns_after_marked(
-            conn, session_pk=head.id, after_seq=head.episode_seq
+    head: sessions.IndexHead
+    read: sessions.IndexRead
+    rows: list[IndexRow]
+    closed_through: int
+    newest_user: TurnView | None  # embedded too, for /context to reuse
+    watch_drift: bool  # the goal is embedded too, to tell a drift from it
+
+    @property
+    def texts(self) -> list[str]:
+        """What this run needs embedded."""
+        return (
+            [r.text for r in self.rows]
+            + ([self.newest_user.content or ""] if self.newest_user else [])
+            + ([self.head.goal or ""] if self.watch_drift else [])
         )
-    if not turns:
-        return
-    indexed, closed_through = index_rows(
+
+
+def plan_index(
+    head: sessions.IndexHead, turns: list[TurnView], newest_pk: int, settings: Settings
+) -> IndexRun:
+    rows, closed_through = index_rows(
         turns, session_external=head.external_id, closed_through=head.episode_seq
     )
     users = [t for t in turns if t.role == "user" and t.content]
     newest_user = users[-1] if users and users[-1].seq != head.last_user_seq else None
-    texts = [r.text for r in indexed] + ([newest_user.content or ""] if newest_user else [])
-    settings = deps.settings
     # Topic drift is checked here, where the newest user turn gets embedded anyway
     # (never on the ingest path): far from the goal, the old task state is compressed.
-    goal = head.goal or ""
     watch_drift = newest_user is not None and watches_drift(
-        goal=goal,
+        goal=head.goal or "",
         turn_count=head.turn_count,
         live_turns=head.live_turns,
         min_turns=settings.min_turns_before_compression,
         working_window=settings.working_window_turns,
     )
-    to_embed = texts + ([goal] if watch_drift else [])
-    vectors = await deps.embedder.embed(to_embed) if to_embed else []
-    drift = None
-    if watch_drift and newest_user is not None:
-        goal_vector = vectors.pop()
-        drift = goal_drift(
-            goal,
-            newest_user,
-            vector_similarity({goal: goal_vector, newest_user.content or "": vectors[-1]}),
-        )
-    ttl = deps.settings.memory_ttl_days
+    return IndexRun(
+        head=head,
+        read=sessions.IndexRead(
+            session_pk=head.id, turn_pk=newest_pk, episode_seq=head.episode_seq
+        ),
+        rows=rows,
+        closed_through=closed_through,
+        newest_user=newest_user,
+        watch_drift=watch_drift,
+    )
+
+
+def _drift(run: IndexRun, vectors: dict[str, list[float]]) -> str | None:
+    if not run.watch_drift or run.newest_user is None:
+        return None
+    goal, said = run.head.goal or "", run.newest_user.content or ""
+    return goal_drift(
+        goal, run.newest_user, vector_similarity({goal: vectors[goal], said: vectors[said]})
+    )
+
+
+@job(JobKind.INDEX_SESSION, batch=INDEX_JOBS_PER_BATCH)
+async def index_session(ctx: JobContext, deps: MemoryDeps) -> None:
+    """Index the new turns of the claimed jobs' sessions (a batch of one tenant's) as
+    episodes and single turns (open rows are redone next time), embed them, and embed
+    each session's newest user turn so /context can reuse it: one model call for the
+    batch, and one write per table."""
+    runs: list[IndexRun] = []
+    async with ctx.engine.connect() as conn:
+        for sid in sorted({j.session_id for j in ctx.jobs if j.session_id is not None}):
+            head = await sessions.index_head(conn, session_pk=sid)
+            if head is None:
+                continue  # the session was deleted meanwhile
+            turns, newest_pk = await sessions.turns_after_marked(
+                conn, session_pk=head.id, after_seq=head.episode_seq
+            )
+            if turns and newest_pk is not None:
+                runs.append(plan_index(head, turns, newest_pk, deps.settings))
+    if not runs:
+        return
+    # A text said twice (in one session or two) is embedded once.
+    texts = list(dict.fromkeys(t for run in runs for t in run.texts))
+    vectors = dict(zip(texts, await deps.embedder.embed(texts), strict=True))
+    tenant = ctx.job.tenant_id
+    settings = deps.settings
 
     async def apply(conn: AsyncConnection) -> None:
-        assert newest_pk is not None
-        if not await sessions.index_read_current(
+        current = await sessions.index_reads_current(
+            conn, tenant=tenant, reads=[run.read for run in runs]
+        )
+        # A session popped since the read is left alone: the pop queued a new run
+        # (services/pop.py).
+        done = [run for run in runs if run.head.id in current]
+        await repo.drop_open_episodes(conn, tenant=tenant, session_pks=[r.head.id for r in done])
+        await repo.insert_indexed(
             conn,
-            tenant=head.tenant_id,
-            session_pk=head.id,
-            turn_pk=newest_pk,
-            episode_seq=head.episode_seq,
-        ):
-            return  # a pop since the read (services/pop.py); it queued a new run
-        await repo.drop_open_episodes(conn, session_pk=sid)
-        for row, vector in zip(indexed, vectors, strict=False):
-            await repo.insert_memory(
-                conn,
-                tenant=head.tenant_id,
-                user_pk=head.user_id,
-                kind="episode",
-                text_=row.text,
-                text_key=text_key(row.text),
-                pinned=False,
-                ttl_days=ttl,
-                source=row.source,
-                metadata=row.metadata,
-                terms=index_terms(row.text),
-                session_pk=head.id,
-                turn_seq=row.source["seqs"][0]
-                if row.metadata.get("granularity") == "turn"
-                else None,
-                embedding=vector,
-                model=deps.embedder.model_id,
-            )
-        if drift is not None:
-            await queue.enqueue(
-                conn,
-                tenant_id=head.tenant_id,
-                session_id=sid,
-                kind=JobKind.COMPRESS,
-                payload={"trigger": "topic_drift", "detail": drift},
-                max_attempts=settings.job_max_attempts,
-            )
+            tenant=tenant,
+            rows=[
+                repo.IndexedMemory(
+                    user_pk=run.head.user_id,
+                    session_pk=run.head.id,
+                    text=row.text,
+                    text_key=text_key(row.text),
+                    source=row.source,
+                    metadata=row.metadata,
+                    terms=index_terms(row.text),
+                    turn_seq=row.source["seqs"][0]
+                    if row.metadata.get("granularity") == "turn"
+                    else None,
+                    embedding=vectors[row.text],
+                )
+                for run in done
+                for row in run.rows
+            ],
+            ttl_days=settings.memory_ttl_days,
+            model=deps.embedder.model_id,
+        )
+        for run in done:
+            drift = _drift(run, vectors)
+            if drift is not None:
+                await queue.enqueue(
+                    conn,
+                    tenant_id=tenant,
+                    session_id=run.head.id,
+                    kind=JobKind.COMPRESS,
+                    payload={"trigger": "topic_drift", "detail": drift},
+                    max_attempts=settings.job_max_attempts,
+                )
         await sessions.set_index_marks(
             conn,
-            session_pk=head.id,
-            episode_seq=closed_through,
-            last_user_seq=newest_user.seq if newest_user else None,
-            last_user_embedding=vectors[-1] if newest_user else None,
+            tenant=tenant,
+            marks=[
+                sessions.IndexMarks(
+                    session_pk=run.head.id,
+                    episode_seq=run.closed_through,
+                    last_user_seq=run.newest_user.seq if run.newest_user else None,
+                    last_user_embedding=vectors[run.newest_user.content or ""]
+                    if run.newest_user
+                    else None,
+                )
+                for run in done
+            ],
         )
 
     await ctx.commit(apply)

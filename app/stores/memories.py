@@ -17,6 +17,7 @@ Postgres's execution of them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias
@@ -141,7 +142,41 @@ INSERT_MEMORY = text(f"""
 # drop_open_episodes: indexed rows whose turns may still change; the next run redoes them.
 DROP_OPEN_EPISODES = text("""
     DELETE FROM memories
-    WHERE session_id = :sid AND kind = 'episode' AND (metadata->>'open')::boolean
+    WHERE session_id = ANY(CAST(:sids AS bigint[])) AND tenant_id = :tenant
+      AND kind = 'episode' AND (metadata->>'open')::boolean
+""")
+
+# insert_indexed: the episodes and single turns of a batch of index runs (one tenant,
+# any of its sessions and users), with their postings and half-precision copies, in
+# one statement. Each row's id is drawn first, so its postings find it by position.
+INSERT_INDEXED = text(f"""
+    WITH r AS MATERIALIZED (
+        SELECT nextval(pg_get_serial_sequence('memories', 'id')) AS id, r.*
+        FROM unnest(CAST(:user_pks AS bigint[]), CAST(:session_pks AS bigint[]),
+                    CAST(:texts AS text[]), CAST(:text_keys AS text[]),
+                    CAST(:sources AS jsonb[]), CAST(:metadatas AS jsonb[]),
+                    CAST(:turn_seqs AS integer[]), CAST(:embeddings AS vector[]),
+                    CAST(:dls AS integer[]))
+             WITH ORDINALITY AS r(user_id, session_id, text, text_key, source, metadata,
+                                  turn_seq, embedding, dl, ord)),
+    m AS (
+        INSERT INTO memories (id, tenant_id, user_id, kind, text, text_key, pinned, source,
+                              metadata, session_id, ttl_days, expires_at, embedding,
+                              embedding_model, embedding_dim, turn_seq)
+        SELECT r.id, :tenant, r.user_id, 'episode', r.text, r.text_key, false, r.source,
+               r.metadata, r.session_id, CAST(:ttl_days AS integer),
+               now() + make_interval(days => CAST(:ttl_days AS integer)), r.embedding,
+               :model, CAST(:dim AS integer), r.turn_seq
+        FROM r ORDER BY r.ord
+        RETURNING id, user_id, kind, embedding),
+    p AS (
+        INSERT INTO memory_terms (user_id, term, memory_id, kind, tf, dl)
+        SELECT r.user_id, x.term, r.id, 'episode', x.tf, r.dl
+        FROM unnest(CAST(:posting_rows AS bigint[]), CAST(:posting_terms AS text[]),
+                    CAST(:posting_tfs AS integer[])) AS x(ord, term, tf)
+        JOIN r ON r.ord = x.ord),
+    v AS ({VECTOR_COPY})
+    SELECT count(*) FROM m
 """)
 
 # similar_existing: a user's live curated memories nearest to a vector, with theirs.
@@ -673,8 +708,66 @@ async def stored_models(conn: AsyncConnection, *, tenant: str) -> list[tuple[str
     ]
 
 
-async def drop_open_episodes(conn: AsyncConnection, *, session_pk: int | None) -> None:
-    await conn.execute(DROP_OPEN_EPISODES, {"sid": session_pk})
+async def drop_open_episodes(
+    conn: AsyncConnection, *, tenant: str, session_pks: Sequence[int]
+) -> None:
+    await conn.execute(DROP_OPEN_EPISODES, {"tenant": tenant, "sids": list(session_pks)})
+
+
+@dataclass(frozen=True)
+class IndexedMemory:
+    """An episode or single turn an index run writes (``insert_indexed``)."""
+
+    user_pk: int
+    session_pk: int
+    text: str
+    text_key: str
+    source: dict[str, Any]
+    metadata: dict[str, Any]
+    terms: list[str]
+    turn_seq: int | None
+    embedding: list[float]
+
+
+async def insert_indexed(
+    conn: AsyncConnection,
+    *,
+    tenant: str,
+    rows: Sequence[IndexedMemory],
+    ttl_days: int | None,
+    model: str,
+) -> int:
+    """Write ``rows`` (of one tenant) with their postings and vector copies, in one
+    statement; returns how many were written."""
+    if not rows:
+        return 0
+    posting_rows: list[int] = []
+    posting_terms: list[str] = []
+    posting_tfs: list[int] = []
+    for position, row in enumerate(rows, start=1):
+        counted = postings(row.terms)
+        posting_rows += [position] * len(counted["posting_terms"])
+        posting_terms += counted["posting_terms"]
+        posting_tfs += counted["posting_tfs"]
+    params = {
+        "tenant": tenant,
+        "user_pks": [r.user_pk for r in rows],
+        "session_pks": [r.session_pk for r in rows],
+        "texts": [r.text for r in rows],
+        "text_keys": [r.text_key for r in rows],
+        "sources": [r.source for r in rows],
+        "metadatas": [r.metadata for r in rows],
+        "turn_seqs": [r.turn_seq for r in rows],
+        "embeddings": [Vector(r.embedding) for r in rows],
+        "dls": [max(1, len(r.terms)) for r in rows],
+        "posting_rows": posting_rows,
+        "posting_terms": posting_terms,
+        "posting_tfs": posting_tfs,
+        "ttl_days": ttl_days,
+        "model": model,
+        "dim": len(rows[0].embedding),
+    }
+    return int((await conn.execute(INSERT_INDEXED, params)).scalar_one())
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Memory embedding jobs run in batches: the waiting jobs of one tenant's users are
 claimed together and embedded by one model call and one write, with the queue's
-guarantees kept (at least once, a failure retries the whole batch, nothing lost,
+guarantees kept (at least once, a failure retries every job of the batch, nothing lost,
 no memory embedded into another's vector, tenants never mixed)."""
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ async def test_a_failed_batch_is_retried_whole_and_nothing_is_lost(
 
     async with engine.begin() as conn:  # skip the backoff
         await conn.execute(text("UPDATE jobs SET run_after = now()"))
-    await embed_worker(engine, settings, embedder).run_once()
+    await embed_worker(engine, settings, embedder).drain(asyncio.Event())
     assert [(j.status, j.attempts) for j in await jobs(engine)] == [("done", 2)] * 4
     assert_each_has_its_own_vector(await vectors(engine), embedder)
 
