@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -192,12 +193,15 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
     os.environ["MNEMO_EMBEDDED_WORKER"] = "false"
     try:
         if workers > 1:
-            uvicorn.run(
+            from uvicorn.supervisors import Multiprocess
+
+            config = uvicorn.Config(
                 "app.cli:api_from_environment",
                 factory=True,
                 workers=workers,
                 **_uvicorn_options(settings),
             )
+            Multiprocess(config, sockets=[own_listener(settings.host, settings.port)]).run()
         else:
             from app.wiring import create_app
 
@@ -209,9 +213,33 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
     return 0
 
 
-def _free_loopback_port() -> int:
-    import socket
+class OwnListener(socket.socket):
+    """The listening socket of each API process of ``mnemo serve --workers N``.
 
+    uvicorn hands its API processes one socket (pickled to each, spawned). With one
+    socket shared, the process that wakes first accepts every connection waiting:
+    8 keep-alive clients landed 8/0, 7/1 or 6/2 on two processes, and the second
+    process served one or two of them. Pickled, this one arrives in each process as a
+    socket of its own, bound to the same address with ``SO_REUSEPORT``: the kernel
+    spreads new connections over the processes. The supervisor's own is bound, never
+    listening (it holds the address and receives no connection).
+    """
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        host, port = self.getsockname()[:2]
+        return own_listener, (host, port)
+
+
+def own_listener(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` with ``SO_REUSEPORT`` (``OwnListener``)."""
+    sock = OwnListener(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _free_loopback_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -249,6 +249,18 @@ def test_serve_workers_runs_api_processes_and_one_job_worker(data_dir: Path) -> 
         api_processes = [c for c in commands if any("spawn_main" in part for part in c)]
         assert len(job_workers) == 1, commands
         assert len(api_processes) == 2, commands
+        # Each API process accepts on a listening socket of its own (SO_REUSEPORT): with
+        # one socket shared, the first process to wake took every waiting connection.
+        port = int(server.url.rsplit(":", 1)[1])
+        api_pids = [pid for pid in children if any("spawn_main" in p for p in _cmdline(pid))]
+        deadline = time.monotonic() + 30  # the second may still be starting
+        while True:
+            listening = [_listening_sockets(pid, port) for pid in api_pids]
+            if all(listening) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert [len(sockets) for sockets in listening] == [1, 1], listening
+        assert listening[0] != listening[1], listening
         # The job worker dies: the supervisor starts another, which runs the jobs below.
         os.kill(job_workers[0], signal.SIGKILL)
         deadline = time.monotonic() + 30
@@ -440,6 +452,24 @@ def _descendants(pid: int) -> list[int]:
         out.extend(kids)
         pending.extend(kids)
     return out
+
+
+def _listening_sockets(pid: int, port: int) -> set[int]:
+    """The inodes of the sockets listening on ``port`` that process ``pid`` holds."""
+    held = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            link = os.readlink(fd)
+            if link.startswith("socket:["):
+                held.add(int(link[8:-1]))
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                    listening.add(int(fields[9]))  # state 0A: LISTEN; field 9: inode
+    return held & listening
 
 
 def _cmdline(pid: int) -> list[str]:
