@@ -150,7 +150,7 @@ class Worker:
             if not ctx.committed:
                 async with self.engine.begin() as conn:
                     await queue.complete_all(
-                        conn, job_ids=[j.id for j in ctx.jobs], worker=self.name
+                        conn, job_ids=[j.id for j in ctx.pending], worker=self.name
                     )
             for done in ctx.jobs:
                 self._emit("done", done, {})
@@ -158,10 +158,10 @@ class Worker:
             raise
         except LeaseLost as exc:
             log.warning("%s", exc)
-            await self._release(ctx.jobs, "rolled back with its batch: a lease was lost")
+            await self._release(ctx.pending, "rolled back with its batch: a lease was lost")
             self._emit("lease_lost", job, {})
         except Exception as exc:  # a handler's failure is the job's, never the worker's
-            for failed in ctx.jobs:
+            for failed in ctx.pending:  # those a commit of their own finished stay done
                 await self._after_failure(failed, exc)
         finally:
             heartbeat.cancel()

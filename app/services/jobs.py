@@ -13,7 +13,9 @@ job is claimed again after its lease and nothing was applied).
 A handler declared with ``batch=N`` may be given up to N jobs of its kind and tenant
 claimed together (``JobContext.jobs``: one model call and one write for all of
 them); ``commit`` then marks every one of them done in that one transaction, or
-none (a lease lost on any of them rolls the whole batch back). A batch that fails
+none (a lease lost on any of them rolls the whole batch back), or, with ``of=job``,
+that job alone with its own effect (a handler whose effects lock a row per job, so
+that no lock is held for the whole batch's writes). A batch that fails
 is retried job by job: each of its jobs is queued again with its attempt counted,
 and a job claimed before runs alone (``Worker._run_job``), so a job that keeps
 failing fails alone and the others of its batch go through on their next attempt.
@@ -22,7 +24,7 @@ failing fails alone and the others of its batch go through on their next attempt
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -46,24 +48,38 @@ class JobContext:
     job: Job
     worker: str
     settings: Settings
-    committed: bool = False
     # The jobs claimed with ``job`` for a batch handler (``job`` first); empty otherwise.
     batch: tuple[Job, ...] = ()
+    # The ids of the jobs a ``commit`` marked done.
+    done: set[int] = field(default_factory=set)
 
     @property
     def jobs(self) -> tuple[Job, ...]:
         """Every job this run answers for: the batch, or the one job."""
         return self.batch or (self.job,)
 
-    async def commit(self, apply: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run ``apply`` and mark the job (every job of a batch) done, in one transaction."""
-        ids = [j.id for j in self.jobs]
+    @property
+    def committed(self) -> bool:
+        """Whether every job of the run was marked done by a ``commit``."""
+        return all(j.id in self.done for j in self.jobs)
+
+    @property
+    def pending(self) -> list[Job]:
+        """The jobs of the run no ``commit`` marked done yet."""
+        return [j for j in self.jobs if j.id not in self.done]
+
+    async def commit(
+        self, apply: Callable[[AsyncConnection], Awaitable[T]], *, of: Job | None = None
+    ) -> T:
+        """Run ``apply`` and mark the job done, in one transaction: every job of a batch,
+        or only ``of`` (a batch handler that commits each job's effect on its own)."""
+        ids = [j.id for j in self.jobs] if of is None else [of.id]
         async with self.engine.begin() as conn:
             result = await apply(conn)
             done = await queue.complete_all(conn, job_ids=ids, worker=self.worker)
             if len(done) != len(ids):
                 raise LeaseLost(f"job(s) {sorted(set(ids) - done)} no longer ours")
-        self.committed = True
+        self.done.update(ids)
         return result
 
 

@@ -142,13 +142,13 @@ INSERT_MEMORY = text(f"""
 # drop_open_episodes: indexed rows whose turns may still change; the next run redoes them.
 DROP_OPEN_EPISODES = text("""
     DELETE FROM memories
-    WHERE session_id = ANY(CAST(:sids AS bigint[])) AND tenant_id = :tenant
+    WHERE session_id = :sid AND tenant_id = :tenant
       AND kind = 'episode' AND (metadata->>'open')::boolean
 """)
 
-# insert_indexed: the episodes and single turns of a batch of index runs (one tenant,
-# any of its sessions and users), with their postings and half-precision copies, in
-# one statement. Each row's id is drawn first, so its postings find it by position.
+# insert_indexed: the episodes and single turns an index run writes (one tenant; the
+# rows of one session, or more), with their postings and half-precision copies, in one
+# statement. Each row's id is drawn first, so its postings find it by position.
 INSERT_INDEXED = text(f"""
     WITH r AS MATERIALIZED (
         SELECT nextval(pg_get_serial_sequence('memories', 'id')) AS id, r.*
@@ -708,10 +708,8 @@ async def stored_models(conn: AsyncConnection, *, tenant: str) -> list[tuple[str
     ]
 
 
-async def drop_open_episodes(
-    conn: AsyncConnection, *, tenant: str, session_pks: Sequence[int]
-) -> None:
-    await conn.execute(DROP_OPEN_EPISODES, {"tenant": tenant, "sids": list(session_pks)})
+async def drop_open_episodes(conn: AsyncConnection, *, tenant: str, session_pk: int) -> None:
+    await conn.execute(DROP_OPEN_EPISODES, {"tenant": tenant, "sid": session_pk})
 
 
 @dataclass(frozen=True)

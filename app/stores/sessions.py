@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
-from pgvector import Vector
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -350,13 +349,9 @@ REMOVE_NEWEST = text("""
 # whether what an index run read is still current: the newest turn it read is still
 # there and the indexing mark it started from has not moved (a pop may lower it).
 INDEX_READ_CURRENT = text("""
-    SELECT s.id FROM sessions s
-    JOIN unnest(CAST(:sids AS bigint[]), CAST(:turn_pks AS bigint[]),
-                CAST(:episode_seqs AS integer[])) AS c(sid, turn_pk, episode_seq)
-      ON s.id = c.sid
-    WHERE s.tenant_id = :tenant AND s.episode_seq = c.episode_seq
-      AND EXISTS (SELECT 1 FROM turns t WHERE t.id = c.turn_pk AND t.session_id = s.id)
-    ORDER BY s.id
+    SELECT s.episode_seq = :episode_seq
+           AND EXISTS (SELECT 1 FROM turns t WHERE t.id = :turn_pk AND t.session_id = s.id)
+    FROM sessions s WHERE s.id = :sid AND s.tenant_id = :tenant
     FOR UPDATE OF s
 """)
 
@@ -409,21 +404,16 @@ class IndexRead:
     episode_seq: int
 
 
-async def index_reads_current(
-    conn: AsyncConnection, *, tenant: str, reads: Sequence[IndexRead]
-) -> set[int]:
-    """Of the sessions of ``reads``, those whose read is still current (no pop since:
-    same mark, newest turn still there), their rows locked for the rest of the
-    transaction, in id order (one statement for a batch of runs)."""
-    if not reads:
-        return set()
+async def index_read_current(conn: AsyncConnection, *, tenant: str, read: IndexRead) -> bool:
+    """Lock the session's row for the rest of the transaction; is an index run's read
+    (newest turn ``turn_pk``, from mark ``episode_seq``) still current?"""
     params = {
         "tenant": tenant,
-        "sids": [r.session_pk for r in reads],
-        "turn_pks": [r.turn_pk for r in reads],
-        "episode_seqs": [r.episode_seq for r in reads],
+        "sid": read.session_pk,
+        "turn_pk": read.turn_pk,
+        "episode_seq": read.episode_seq,
     }
-    return {int(sid) for sid in (await conn.execute(INDEX_READ_CURRENT, params)).scalars()}
+    return bool((await conn.execute(INDEX_READ_CURRENT, params)).scalar())
 
 
 # ------------------------------------------------------------- memory marks
@@ -443,13 +433,10 @@ UNINDEXED_TURNS = text("""
 """)
 
 SET_SESSION_INDEX = text("""
-    UPDATE sessions SET episode_seq = greatest(sessions.episode_seq, m.episode_seq),
-        last_user_seq = coalesce(m.last_user_seq, sessions.last_user_seq),
-        last_user_embedding = coalesce(m.last_user_embedding, sessions.last_user_embedding)
-    FROM unnest(CAST(:sids AS bigint[]), CAST(:episode_seqs AS integer[]),
-                CAST(:last_user_seqs AS integer[]), CAST(:embeddings AS vector[]))
-         AS m(sid, episode_seq, last_user_seq, last_user_embedding)
-    WHERE sessions.id = m.sid AND sessions.tenant_id = :tenant
+    UPDATE sessions SET episode_seq = greatest(episode_seq, :episode_seq),
+        last_user_seq = coalesce(:last_user_seq, last_user_seq),
+        last_user_embedding = coalesce(:last_user_embedding, last_user_embedding)
+    WHERE id = :sid AND tenant_id = :tenant
 """)
 
 # promote_head: what promotion starts from: the session, its mark and its state.
@@ -509,34 +496,24 @@ async def turns_after_marked(
     return [turn_view(r) for r in rows], (rows[-1].id if rows else None)
 
 
-@dataclass(frozen=True)
-class IndexMarks:
-    """Indexing closed a session's episodes through ``episode_seq`` (and maybe embedded
-    its newest user turn, ``last_user_seq``)."""
-
-    session_pk: int
-    episode_seq: int
-    last_user_seq: int | None
-    last_user_embedding: list[float] | None
-
-
 async def set_index_marks(
-    conn: AsyncConnection, *, tenant: str, marks: Sequence[IndexMarks]
+    conn: AsyncConnection,
+    *,
+    tenant: str,
+    session_pk: int,
+    episode_seq: int,
+    last_user_seq: int | None,
+    last_user_embedding: list[float] | None,
 ) -> None:
-    """The marks of a batch of index runs, in one statement."""
-    if not marks:
-        return
+    """Indexing closed episodes through ``episode_seq`` (and maybe embedded a user turn)."""
     await conn.execute(
         SET_SESSION_INDEX,
         {
             "tenant": tenant,
-            "sids": [m.session_pk for m in marks],
-            "episode_seqs": [m.episode_seq for m in marks],
-            "last_user_seqs": [m.last_user_seq for m in marks],
-            "embeddings": [
-                None if m.last_user_embedding is None else Vector(m.last_user_embedding)
-                for m in marks
-            ],
+            "sid": session_pk,
+            "episode_seq": episode_seq,
+            "last_user_seq": last_user_seq,
+            "last_user_embedding": last_user_embedding,
         },
     )
 

@@ -1,7 +1,8 @@
 """Session indexing jobs run in batches: the waiting index jobs of one tenant's sessions
-are claimed together, embedded by one model call and written by one statement per
-table, with the queue's guarantees kept (at least once, each job applied once, a
-failing job fails alone, a lost lease rolls the batch back, tenants never mixed)."""
+are claimed together and embedded by one model call; each session's rows are written
+by one statement, in a transaction of its own with its job. The queue's guarantees are
+kept: at least once, each job applied once, a failing job fails alone, a lost lease
+loses nothing and frees the rest of the batch, tenants never mixed."""
 
 from __future__ import annotations
 
@@ -196,7 +197,7 @@ async def test_the_waiting_index_jobs_of_many_sessions_run_as_one_batch(
     assert len(embedder.calls) == 1 and all(  # one model call for the four sessions
         any(name in t for t in embedder.calls[0]) for name in names
     )
-    assert len(writes) == 1  # and one statement wrote their rows
+    assert len(writes) == len(names)  # one statement wrote each session's rows
     assert {j.status for j in await jobs(engine)} == {"done"}
     assert_indexed_once_with_own_vectors(await indexed(engine), names, embedder)
     for name, (episode_seq, last_user_seq, embedded) in (await marks(engine)).items():
@@ -250,7 +251,7 @@ async def test_a_failing_job_fails_alone_and_the_rest_of_its_batch_is_indexed(
     assert [len(c) > 0 for c in embedder.calls[1:]] == [True] * 4  # one call per job
 
 
-async def test_a_lease_lost_on_one_index_job_rolls_the_batch_back_and_frees_the_others(
+async def test_a_lease_lost_on_one_index_job_writes_nothing_of_it_and_frees_the_rest(
     engine: AsyncEngine, settings: Settings
 ) -> None:
     for i in range(3):
@@ -263,13 +264,19 @@ async def test_a_lease_lost_on_one_index_job_rolls_the_batch_back_and_frees_the_
                 text("UPDATE jobs SET locked_by = 'thief' WHERE id = :id"), {"id": ids[1]}
             )
 
-    await index_worker(engine, settings, Recording(hook=steal_the_second)).run_once()
+    embedder = Recording(hook=steal_the_second)
+    await index_worker(engine, settings, embedder).run_once()
 
     after = {j.id: (j.status, j.locked_by) for j in await jobs(engine)}
+    assert after[ids[0]] == ("done", "w1")  # committed with its own rows before
     assert after[ids[1]] == ("running", "thief")  # the thief's to finish
-    assert after[ids[0]] == ("queued", None) and after[ids[2]] == ("queued", None)
-    assert await indexed(engine) == {}  # rolled back
-    assert {m[0] for m in (await marks(engine)).values()} == {0}  # marks too
+    assert after[ids[2]] == ("queued", None)  # back to the queue at once
+    assert_indexed_once_with_own_vectors(await indexed(engine), ["s0"], embedder)
+    assert {k: v[0] > 0 for k, v in (await marks(engine)).items()} == {
+        "s0": True,
+        "s1": False,  # nothing of the lost job was written
+        "s2": False,
+    }
 
 
 async def test_concurrent_workers_index_every_session_once(
