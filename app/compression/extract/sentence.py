@@ -447,11 +447,18 @@ def _sets_parameter(clause: str) -> bool:
 
 
 def _weighs_setting(question: str, ctx: Context) -> bool:
-    """Whether a proposal names a setting ("… raise the page limit to 15?"), read as
-    the parameter rules read a statement."""
+    """Whether a proposal names a setting ("… raise the page limit to 15?", "… make the
+    X 25% instead of 10%?"), read as the parameter rules or the value-change rules
+    read a statement."""
+    # Deferred: the change rules read ``proposes`` from this module.
+    from app.compression.extract.changes import value_change
+
     # Without its proposing words: "要不要" is no negation, "should we" no name.
     statement = patterns.PROPOSAL.sub(" ", question.rstrip("?？ ")).strip()
-    return bool(_settings(statement, 0, ctx))
+    if _settings(statement, 0, ctx):
+        return True
+    change = value_change(statement)
+    return change is not None and change.name is not None
 
 
 def _prerequisite_matches(sentence: str) -> list[re.Match[str]]:

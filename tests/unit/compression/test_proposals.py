@@ -127,3 +127,29 @@ def test_a_proposal_weighing_a_swap_changes_no_choice() -> None:
     for text in ("Should we skip Nimbus and go with Stratus?", "要不要不选Nimbus了，换Stratus？"):
         units = extract([user(4, text)], _state(opening))
         assert not [u for u in units if u.kind in ("decision", "revocation")], (text, units)
+
+
+# "B instead of A" asked, not said: it names the setting it weighs, so it is kept open.
+INSTEAD_PROPOSALS = [
+    (EN_OPENING, "Should we make the batch size 800 instead of 500?"),
+    (EN_OPENING, "What if we keep the retry limit at 5 rather than 3?"),
+    (EN_OPENING, "Would it make sense to set the batch size to 750, not 500?"),
+    (ZH_OPENING, "要不要把批大小改成 800，而不是 500？"),
+    (ZH_OPENING, "是不是把重试次数调到 5 次，不再是 3 次？"),
+]
+
+
+@pytest.mark.parametrize(("opening", "text"), INSTEAD_PROPOSALS)
+def test_a_proposed_b_instead_of_a_is_pending_and_sets_nothing(
+    opening: list[TurnView], text: str
+) -> None:
+    units = extract([user(6, text)], _state(opening))
+    assert not [u for u in units if u.kind in ("parameter", "decision")], units
+    assert [u.text for u in units if isinstance(u, PendingUnit)] == [text], units
+    before = render(_state(opening))
+    assert live_changes(before, [LiveTurn(6, "user", text)]) == []
+    after = render(_state([*opening, user(6, text)]))
+    pending = "Pending: " if opening is EN_OPENING else "待确认："
+    assert f"{pending}{text}" in after.split("\n"), after
+    # The values stand as they were.
+    assert set(before.split("\n")[1:]) <= set(after.split("\n")), (before, after)
