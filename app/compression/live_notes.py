@@ -10,23 +10,25 @@ more things go wrong when a live user turn is left out of a small context:
   the extractor's own reading of the left-out turns, as the next compression renders
   it, added to their sections: ``add_notes``);
 * the user's reply to a question the state shows as pending (asked just before the
-  compression) does not reach the context, and the question still reads as open
-  (``answered``: the extractor's rule for the first reply of a slice; ``resolve``
-  moves it to "Answered: q → a" as the renderer shows an answered question).
+  compression) does not reach the context, and the question still reads as open; so
+  does an agent's question the user has since moved past twice (``answered``: the
+  extractor's own rules for a slice's replies, ``rules.replies_resolve``; ``resolve``
+  moves it to "Answered: q → a", or drops it, as the renderer shows it).
 
 Pure: no I/O. What a turn says is read once per process (memoised by its text).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from app.compression.extract.context import Context
-from app.compression.extract.rules import extract_units, first_reply_answers
+from app.compression.extract.base import MOVED_ON
+from app.compression.extract.rules import extract_units, replies_resolve
 from app.compression.live import LiveTurn
 from app.compression.merge import merge
 from app.compression.render import LABELS
@@ -39,11 +41,12 @@ from app.compression.state import (
     TodoUnit,
     Unit,
 )
-from app.compression.text import clip, item_key, normalize
+from app.compression.text import canonical_json, clip, item_key, normalize
 from app.compression.untrusted import one_line
 from app.core.turns import TurnView
 
 _ZH_TITLE = LABELS["zh"]["title"].split("{", 1)[0]
+_MOVED_ON = frozenset(MOVED_ON.values())
 _THROUGH = re.compile(r"(-?\d+)")
 # The sections a rendering is made of, in the renderer's order (``render._sections``).
 _ORDER = (
@@ -188,27 +191,32 @@ class Answer:
 def answered(
     rendered: str, open_pending: Sequence[Mapping[str, Any]], live: Iterable[LiveTurn]
 ) -> list[Answer]:
-    """The questions the rendering shows as pending that the first live user reply
-    answers, as the next compression will take it (``Context.from_state``: a
-    question asked in the last turns before the state's end; ``rules``: a yes or no,
-    or a reply that addresses an open choice)."""
+    """The questions the rendering shows as pending that the live user replies resolve,
+    as the next compression will take them (``rules.replies_resolve``): the first reply
+    answers one asked in the last turns before the state's end (a yes or no, or a reply
+    that addresses an open choice); an agent's question the replies moved past twice
+    is no longer awaited."""
     through = _through(rendered) if rendered and open_pending else None
     if through is None:
         return []
-    first = min(
-        (t for t in live if t.role == "user" and t.content and t.seq > through),
-        key=lambda t: t.seq,
-        default=None,
+    replies = tuple(
+        sorted((t.seq, t.content) for t in live if t.role == "user" and t.content and t.seq > through)
     )
-    if first is None or first.content is None:
+    if not replies:
         return []
-    state = TaskState.model_validate({"pending": list(open_pending), "last_seq": through})
-    refs = Context.from_state(state, first.seq).answerable
-    if not refs:
-        return []
-    found = first_reply_answers(first.content, first.seq, refs)
-    texts = {r.key: r.text for r in refs}
-    return [Answer(texts[u.target], u.answer) for u in found if u.target in texts]
+    return list(_answers(canonical_json(list(open_pending)), through, replies))
+
+
+@lru_cache(maxsize=1024)
+def _answers(
+    open_pending: str, through: int, replies: tuple[tuple[int, str], ...]
+) -> tuple[Answer, ...]:
+    """Memoised: a session's reads see the same replies until a new one."""
+    state = TaskState.model_validate({"pending": json.loads(open_pending), "last_seq": through})
+    texts = {p.key: p.text for p in state.pending}
+    turns = [TurnView(seq=seq, role="user", content=text) for seq, text in replies]
+    found = replies_resolve(state, turns)
+    return tuple(Answer(texts[u.target], u.answer) for u in found if u.target in texts)
 
 
 # ------------------------------------------------------------------ rewriting
@@ -273,9 +281,12 @@ def resolve(rendered: str, answers: Sequence[Answer]) -> str:
         i = kept.index(header)
         if i + 1 >= len(kept) or not kept[i + 1].startswith(lab["pending"].split("{", 1)[0]):
             del kept[i]
+    # A question the conversation moved past is not shown at all, as the renderer does.
     lines_out = [
         lab["answered"].format(q=clip(one_line(a.question), 100), a=one_line(a.answer))
         for a in answers
+        if a.answer not in _MOVED_ON
     ]
-    _insert(kept, lang, "decisions", lines_out)
+    if lines_out:
+        _insert(kept, lang, "decisions", lines_out)
     return "\n".join(kept)

@@ -118,8 +118,7 @@ def extract_units(turns: Sequence[TurnView], state: TaskState) -> list[Unit]:
             found = _user_units(turn, raw, sentences, ctx)
             if any(u.kind == "pending" for u in found):
                 held.update(asked)  # "let me check first": the question stays open
-            substantive = any(not is_noise(x) for x in sentences)
-            if substantive or any(u.kind not in _NOT_MOVING_ON for u in found):
+            if moves_on(sentences, found):
                 found += _moved_past(ctx, passed_over, held, turn.seq)
         elif turn.role == "system":
             found = _speech_units(turn, sentences, ctx, allow_goal=False)
@@ -206,14 +205,44 @@ def _user_units(turn: TurnView, raw: list[str], sentences: list[str], ctx: Conte
     return units + _emit(ctx, changed) + kept
 
 
-def first_reply_answers(text: str, seq: int, open_refs: list[Ref]) -> list[ResolutionUnit]:
-    """What a user turn answers of the questions open right before it, read as
-    ``_user_units`` reads a slice's first reply (a put-off answers nothing)."""
-    raw = raw_sentences(text)
-    if not open_refs or not raw or _puts_off(raw[0]):
+def replies_resolve(state: TaskState, replies: Sequence[TurnView]) -> list[ResolutionUnit]:
+    """What the user's replies after ``state`` (the user turns of the next slice, oldest
+    first) resolve of the questions it holds open, as ``extract_units`` resolves them:
+    the first reply answers a question asked just before, or holds the asked ones open
+    by putting them off (``_user_units``); an agent's question that the replies then
+    move past twice expires (``_moved_past``).
+
+    The assistant turns between the replies are not read: they ask questions of their
+    own, never answer these. Replies after the first are told apart by their sentences
+    alone (``moves_on`` without units): a reply that is all small talk states no unit
+    that moves on, since the sentence rules skip small talk.
+    """
+    if not replies or not state.open_pending():
         return []
-    units, _ = _resolutions(raw[0], TurnView(seq=seq, role="user", content=text), open_refs)
-    return [u for u in units if isinstance(u, ResolutionUnit)]
+    first = replies[0]
+    ctx = Context.from_state(state, first.seq)
+    held = _put_off(state)
+    asked = [r.key for r in ctx.answerable]
+    raw = raw_sentences(first.content or "")
+    sentences = _cleaned(raw)
+    found = _user_units(first, raw, sentences, ctx)
+    if any(u.kind == "pending" for u in found):
+        held.update(asked)
+    resolved = [u for u in found if isinstance(u, ResolutionUnit)]
+    passed_over: dict[str, int] = {}
+    for reply in replies:
+        said = found if reply is first else ()
+        lines = sentences if reply is first else split_sentences(reply.content or "")
+        if moves_on(lines, said):
+            resolved += _moved_past(ctx, passed_over, held, reply.seq)
+    return resolved
+
+
+def moves_on(sentences: Sequence[str], found: Sequence[Unit]) -> bool:
+    """Whether a user turn moves the conversation on from an open question: anything
+    but small talk, a bare answer, a deferral or a pinned fact."""
+    substantive = any(not is_noise(x) for x in sentences)
+    return substantive or any(u.kind not in _NOT_MOVING_ON for u in found)
 
 
 def _resolutions(first: str, turn: TurnView, open_refs: list[Ref]) -> tuple[list[Unit], bool]:
@@ -394,7 +423,9 @@ def _value(unit: HighStakesUnit) -> str:
     return unit.text.split(": ", 1)[-1]
 
 
-def _moved_past(ctx: Context, passed_over: dict[str, int], held: set[str], seq: int) -> list[Unit]:
+def _moved_past(
+    ctx: Context, passed_over: dict[str, int], held: set[str], seq: int
+) -> list[ResolutionUnit]:
     """An agent question the user has twice moved past (with anything but small
     talk, a bare answer or a deferral) is no longer awaited.
 
@@ -403,7 +434,7 @@ def _moved_past(ctx: Context, passed_over: dict[str, int], held: set[str], seq: 
     not one the user put off ("let me check first"): what the user left open stays
     pending until it is resolved.
     """
-    closed: list[Unit] = []
+    closed: list[ResolutionUnit] = []
     for ref in list(ctx.pending):
         if ref.seq >= seq or ref.key in held or not _asked(ref.text):
             continue

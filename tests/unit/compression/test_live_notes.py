@@ -166,3 +166,66 @@ def test_a_put_off_or_a_new_request_answers_nothing() -> None:
     # Only the first live reply can answer it.
     later = [user(3, "What time is it there?"), assistant(4, "7 pm."), user(5, "Yes.")]
     assert answered(before, open_items, _live(later)) == []
+
+
+MOVED_PAST = [
+    (
+        [
+            user(1, "Please plan the team offsite in Lisbon."),
+            assistant(2, "I found three venues. Would you like me to check their catering?"),
+            user(3, "The budget is 5000 euros."),
+            assistant(4, "Noted."),
+        ],
+        ["Also book flights for twelve people from Berlin.", "And find a hotel near the venue."],
+        "Pending: Would you like me to check their catering?",
+    ),
+    (
+        [
+            user(1, "帮我筹划团队在杭州的团建。"),
+            assistant(2, "找到了三个场地。需要我查一下它们的餐饮安排吗？"),
+            user(3, "预算是 5000 元。"),
+            assistant(4, "好的。"),
+        ],
+        ["另外帮我订十二个人从北京出发的高铁票。", "再找一家离场地近的酒店。"],
+        "待确认：需要我查一下它们的餐饮安排吗？",
+    ),
+]
+
+
+def _compressed(state: TaskState, later: list[TurnView]) -> str:
+    through = later[-1].seq
+    title = state.last_seq
+    after = render(merge(state, extract_units(later, state), through_seq=through))
+    return after.replace(f"(through turn {through})", f"(through turn {title})").replace(
+        f"（截至第 {through} 轮）", f"（截至第 {title} 轮）"
+    )
+
+
+@pytest.mark.parametrize(("opening", "replies", "pending"), MOVED_PAST)
+def test_a_question_moved_past_twice_is_not_shown_as_open(
+    opening: list[TurnView], replies: list[str], pending: str
+) -> None:
+    state = _state(opening)
+    before = render(state)
+    assert pending in before.split("\n"), before
+    open_items = [p.model_dump(mode="json") for p in state.open_pending()]
+    seq = opening[-1].seq
+    later: list[TurnView] = []
+    for i, reply in enumerate(replies):
+        later += [user(seq + 1 + 2 * i, reply), assistant(seq + 2 + 2 * i, "OK.")]
+        resolved = resolve(before, answered(before, open_items, _live(later)))
+        # Once moved past it is gone, as from the next compression; not before.
+        assert (pending in resolved.split("\n")) is (i == 0), (i, resolved)
+        assert resolved == _compressed(state, later), (resolved, _compressed(state, later))
+
+
+def test_a_question_put_off_stays_open_however_often_moved_past() -> None:
+    opening, replies, pending = MOVED_PAST[0]
+    state = _state(opening)
+    before = render(state)
+    open_items = [p.model_dump(mode="json") for p in state.open_pending()]
+    later = [user(5, "Let me think about it."), assistant(6, "Sure.")]
+    later += [user(7 + 2 * i, r) for i, r in enumerate(replies)]
+    resolved = resolve(before, answered(before, open_items, _live(later)))
+    assert pending in resolved.split("\n"), resolved
+    assert pending in render(merge(state, extract_units(later, state))).split("\n")
