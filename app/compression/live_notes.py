@@ -13,7 +13,15 @@ more things go wrong when a live user turn is left out of a small context:
   compression) does not reach the context, and the question still reads as open; so
   does an agent's question the user has since moved past twice (``answered``: the
   extractor's own rules for a slice's replies, ``rules.replies_resolve``; ``resolve``
-  moves it to "Answered: q → a", or drops it, as the renderer shows it).
+  moves it to "Answered: q → a", or drops it, as the renderer shows it);
+* a live turn withdraws a rule (a preference, a decision, a next step) the state
+  holds ("forget the budget limit", "不用管预算了"), and the state still shows it in
+  force (``withdrawn``: the extractor's and the merge's reading of the withdrawal
+  against what the state holds in force; ``retire`` moves it under "No longer
+  applies:").
+
+A session never compressed has no rendering to add notes to: what its left-out
+turns state is rendered alone, as the compressor renders a state (``with_notes``).
 
 Pure: no I/O. What a turn says is read once per process (memoised by its text).
 """
@@ -28,20 +36,24 @@ from functools import lru_cache
 from typing import Any
 
 from app.compression.extract.base import MOVED_ON
+from app.compression.extract.context import Context
 from app.compression.extract.rules import extract_units, replies_resolve
 from app.compression.live import LiveTurn
 from app.compression.merge import merge
-from app.compression.render import LABELS
+from app.compression.render import LABELS, render
 from app.compression.state import (
     Constraint,
     ConstraintUnit,
     Goal,
+    HighStakes,
+    Pending,
     RevocationUnit,
     TaskState,
+    Todo,
     TodoUnit,
     Unit,
 )
-from app.compression.text import canonical_json, clip, item_key, normalize
+from app.compression.text import canonical_json, clip, detect_language, item_key, normalize
 from app.compression.untrusted import one_line
 from app.core.turns import TurnView
 
@@ -160,6 +172,50 @@ def notes_for(rendered: str, live: Iterable[LiveTurn], left_out: set[int]) -> li
     return notes
 
 
+def with_notes(
+    renderings: Sequence[str], live: Iterable[LiveTurn], left_out: set[int]
+) -> list[str] | None:
+    """``renderings`` with what the live user turns in ``left_out`` state added
+    (``notes_for``); for a session never compressed (no rendering), those notes alone,
+    as a state the compressor renders. None: nothing to add."""
+    if renderings and renderings[0]:
+        notes = notes_for(renderings[0], live, left_out)
+        return [add_notes(r, notes) for r in renderings] if notes else None
+    alone = _notes_alone(live, left_out)
+    return [alone] if alone else None
+
+
+def _notes_alone(live: Iterable[LiveTurn], left_out: set[int]) -> str:
+    """The state of what the left-out live user turns state alone, rendered ("" if
+    nothing): its rules, pinned facts, open questions and next steps."""
+    turns = sorted((t for t in live if t.role == "user" and t.content), key=lambda t: t.seq)
+    if not left_out or not any(_carries(t) for t in turns if t.seq in left_out):
+        return ""
+    said = tuple((t.seq, t.content or "") for t in turns if _turn_units(t.content or ""))
+    lang = detect_language(text for _, text in said)
+    state = _live_state(said, lang)
+
+    def alone(item: Constraint | HighStakes | Pending | Todo) -> bool:
+        return all(s in left_out for s in item.source_seqs)
+
+    kept = TaskState(
+        language=state.language,
+        constraints=[c for c in state.active_constraints() if alone(c)],
+        high_stakes=[h for h in state.high_stakes if alone(h)],
+        pending=[p for p in state.open_pending() if alone(p)],
+        todos=[t for t in state.todos if t.status == "open" and alone(t)],
+    )
+    seqs = [
+        s
+        for pool in (kept.constraints, kept.high_stakes, kept.pending, kept.todos)
+        for i in pool
+        for s in i.source_seqs
+    ]
+    if not seqs:
+        return ""
+    return render(kept.model_copy(update={"last_seq": max(seqs)}))
+
+
 @lru_cache(maxsize=1024)
 def _live_state(said: tuple[tuple[int, str], ...], lang: str) -> TaskState:
     """What the live user turns ``said`` ((seq, text), oldest first) state, merged as
@@ -177,6 +233,138 @@ def _live_state(said: tuple[tuple[int, str], ...], lang: str) -> TaskState:
             if isinstance(unit, (ConstraintUnit, TodoUnit)):
                 latest = unit.key or item_key(unit.kind, unit.text)
     return merge(TaskState(language="zh" if lang == "zh" else "en"), units)
+
+
+# ------------------------------------------------------------------ withdrawn rules
+
+# The state's pools a live turn can withdraw from (``merge._revocation``), with the
+# section each shows in and the status an item in force has there.
+_IN_FORCE = (
+    ("constraints", "constraints", "active"),
+    ("todos", "todos", "open"),
+    ("preferences", "preferences", "active"),
+    ("decisions", "decisions", "active"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Withdrawn:
+    """An item of ``section`` the state shows in force that a live turn withdrew."""
+
+    section: str
+    text: str
+
+
+def withdraws(live: Iterable[LiveTurn]) -> bool:
+    """Whether a live user turn withdraws something ("forget the budget limit",
+    "不用管预算了", "scratch that"): only then is what the state holds in force read."""
+    return any(
+        isinstance(u, RevocationUnit)
+        for t in live
+        if t.role == "user" and t.content
+        for u in _turn_units(t.content)
+    )
+
+
+def withdrawn(
+    rendered: str, in_force: Mapping[str, Sequence[Mapping[str, Any]]], live: Iterable[LiveTurn]
+) -> list[Withdrawn]:
+    """What the state holds in force (``in_force``: its active rules, preferences and
+    decisions, its open next steps, as stored) that the live user turns withdraw, as
+    the next compression will: a withdrawal names its target as the extractor reads it
+    against the state and the turns before it (``Context.best_match``; a bare "scratch
+    that" is the latest thing said), and the merge retires it."""
+    through = _through(rendered) if rendered else None
+    if through is None or not any(in_force.get(pool) for pool, _, _ in _IN_FORCE):
+        return []
+    said = tuple(
+        sorted(
+            (t.seq, t.content)
+            for t in live
+            if t.role == "user" and t.content and t.seq > through and _turn_units(t.content)
+        )
+    )
+    if not any(isinstance(u, RevocationUnit) for _, text in said for u in _turn_units(text)):
+        return []
+    pools = {pool: list(in_force.get(pool) or ()) for pool, _, _ in _IN_FORCE}
+    return list(_withdrawn(canonical_json(pools), through, said))
+
+
+@lru_cache(maxsize=1024)
+def _withdrawn(
+    in_force: str, through: int, said: tuple[tuple[int, str], ...]
+) -> tuple[Withdrawn, ...]:
+    """Memoised: a session's reads see the same state and turns until either changes."""
+    base = TaskState.model_validate({**json.loads(in_force), "last_seq": through})
+    ctx = Context.from_state(base, None)
+    units: list[Unit] = []
+    for seq, text in said:
+        for unit in _turn_units(text):
+            unit = unit.model_copy(update={"source_seqs": [seq]})
+            if isinstance(unit, RevocationUnit):
+                target = _target(ctx, unit.target)
+                if target is None:
+                    continue
+                unit = unit.model_copy(update={"target": target})
+            ctx.record(unit)
+            units.append(unit)
+    merged = merge(base, units)
+    out: list[Withdrawn] = []
+    for pool, section, status in _IN_FORCE:
+        held = {item.key for item in getattr(base, pool) if item.status == status}
+        out += [
+            Withdrawn(section, item.text)
+            for item in getattr(merged, pool)
+            if item.key in held and item.status != status
+        ]
+    return tuple(out)
+
+
+def _target(ctx: Context, said: str | None) -> str | None:
+    """What a withdrawal read from its turn alone targets beside the state: a bare one
+    the latest thing in force, a named one the item its words match best (else its
+    words, for the merge to match), as ``sentence.revocation`` reads it."""
+    if said == _LATEST:
+        return ctx.revocable[-1].key if ctx.revocable else None
+    match = ctx.best_match(ctx.revocable, said) if said else None
+    return match.key if match is not None else said
+
+
+def retire(rendered: str, items: Sequence[Withdrawn], *, listed: bool = True) -> str:
+    """``rendered`` without the withdrawn items' lines, and (``listed``) with each
+    under "No longer applies:" as the renderer lists it."""
+    if not items or not rendered:
+        return rendered
+    lang = _language(rendered)
+    lab = LABELS[lang]
+    headers = _headers(lab)
+    notes = lab["notes"].split("{", 1)[0]
+    lines = rendered.split("\n")
+    gone: list[str] = []
+    for item in items:
+        if lab[item.section] not in lines:
+            continue
+        start = lines.index(lab[item.section])
+        end = _section_end(lines, start, headers, notes)
+        line = f"- {item.text}"
+        at = next(
+            (i for i in range(start + 1, end) if lines[i] == line or _marked(lines[i], line)),
+            None,
+        )
+        if at is None:
+            continue  # a smaller rendering dropped it
+        del lines[at]
+        if end - start == 2:
+            del lines[start]  # the section held only that line
+        gone.append(line)
+    if gone and listed:
+        _insert(lines, lang, "revoked", gone)
+    return "\n".join(lines)
+
+
+def _marked(shown: str, line: str) -> bool:
+    """``shown`` is ``line`` with what the renderer appends (" (!)", missing items)."""
+    return shown.startswith(line) and shown[len(line) : len(line) + 2] in (" (", "（", " （")
 
 
 # ------------------------------------------------------------------ answered questions
@@ -200,7 +388,9 @@ def answered(
     if through is None:
         return []
     replies = tuple(
-        sorted((t.seq, t.content) for t in live if t.role == "user" and t.content and t.seq > through)
+        sorted(
+            (t.seq, t.content) for t in live if t.role == "user" and t.content and t.seq > through
+        )
     )
     if not replies:
         return []

@@ -15,7 +15,16 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compression.live import LiveTurn, apply_changes, live_changes, may_change
-from app.compression.live_notes import add_notes, answered, any_carrier, notes_for, resolve
+from app.compression.live_notes import (
+    Withdrawn,
+    answered,
+    any_carrier,
+    resolve,
+    retire,
+    with_notes,
+    withdrawn,
+    withdraws,
+)
 from app.compression.notice import with_notice
 from app.context.pack import (
     Block,
@@ -30,7 +39,7 @@ from app.core.errors import NotFound
 from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from app.providers.embed import Embedder
 from app.services.context_memories import MemoryRequest, memory_block, recent_user_texts, top_k_for
-from app.stores.context import read_context, read_live_user_turns
+from app.stores.context import read_context, read_live_user_turns, read_state_in_force
 from app.stores.engine import driver_connection
 
 # Live turns fetched by the first read. A budget is usually full long before; a
@@ -90,17 +99,37 @@ async def _live_turns(
 
 
 def _as_of_live_turns(
-    renderings: list[str], turns: list[LiveTurn], open_pending: list[dict[str, Any]]
+    renderings: list[str],
+    turns: list[LiveTurn],
+    open_pending: list[dict[str, Any]],
+    gone: list[Withdrawn],
 ) -> list[str]:
     """The renderings with what the live turns changed applied, whether or not those
     turns fit the budget: parameter and goal changes (``compression/live.py``: a value
-    changed after the last compression is never shown as current) and the questions
-    the first live reply answered (``live_notes.answered``: never shown as open)."""
+    changed after the last compression is never shown as current), the questions the
+    live replies answered or moved past (``live_notes.answered``: never shown as
+    open) and the rules they withdrew (``gone``: never shown as in force)."""
     changes = live_changes(renderings[0], turns) if may_change(renderings[0]) else []
     answers = answered(renderings[0], open_pending, turns)
-    if not changes and not answers:
+    if not changes and not answers and not gone:
         return renderings
-    return [resolve(apply_changes(r, changes), answers) for r in renderings]
+    return [
+        retire(resolve(apply_changes(r, changes), answers), gone, listed=i == 0)
+        for i, r in enumerate(renderings)
+    ]
+
+
+async def _withdrawn(
+    db: asyncpg.Connection, head: asyncpg.Record, live: list[LiveTurn], *, tenant: str
+) -> list[Withdrawn]:
+    """What the state holds in force that a live turn withdrew ("forget the budget
+    limit"): its items are read only when a live turn withdraws something."""
+    if not head["rendered"] or not withdraws(live):
+        return []
+    in_force = await read_state_in_force(
+        db, tenant=tenant, session_pk=head["id"], version=head["version"]
+    )
+    return withdrawn(head["rendered"], in_force, live) if in_force else []
 
 
 def _left_out(
@@ -137,10 +166,10 @@ def _with_live_notes(
         if now_left <= left:
             break
         left |= now_left
-        notes = notes_for(renderings[0], live, left)
-        if not notes:
+        noted = with_notes(renderings, live, left)
+        if noted is None:
             break
-        blocks[1] = state_block([add_notes(r, notes) for r in renderings])
+        blocks[1] = state_block(noted)
     return blocks[1]
 
 
@@ -246,13 +275,11 @@ async def build_context(
     room -= count_tokens(shared.text + "\n\n") if shared.text else 0
     # The change notice is the first thing to go: each rendering with it, then without.
     line = head["notice"] if notice and head["notice"] else ""
-    live = (
-        await _live_turns(db, rows, tenant=tenant, session_pk=head["id"])
-        if head["rendered"]
-        else []
-    )
+    live = await _live_turns(db, rows, tenant=tenant, session_pk=head["id"])
+    carrier = any_carrier(live)
+    gone = await _withdrawn(db, head, live, tenant=tenant) if carrier else []
     renderings = _as_of_live_turns(
-        [head["rendered"], *(head["renderings"] or ())], live, head["open_pending"]
+        [head["rendered"], *(head["renderings"] or ())], live, head["open_pending"], gone
     )
 
     def state_block(renderings: list[str]) -> Block:
@@ -298,7 +325,7 @@ async def build_context(
         )
         blocks.append(Block("memories", text))
         memory_ids = [m.id for m in placed]
-    if any_carrier(live):
+    if carrier:
         blocks[1] = _with_live_notes(
             blocks,
             recent,

@@ -80,3 +80,32 @@ async def read_live_user_turns(
         LIVE_USER_TURNS, tenant, session_pk, before_seq, limit
     )
     return rows
+
+
+# state_in_force: what the session's task state (the version the context read
+# rendered) holds in force that a live turn may withdraw: its active rules,
+# preferences and decisions, its open next steps. Read only when a live turn
+# withdraws something; no row when a compression replaced that version meanwhile.
+STATE_IN_FORCE = """
+    SELECT jsonb_build_object(
+             'constraints',
+             jsonb_path_query_array(ts.state, '$.constraints[*] ? (@.status == "active")'),
+             'todos', jsonb_path_query_array(ts.state, '$.todos[*] ? (@.status == "open")'),
+             'preferences',
+             jsonb_path_query_array(ts.state, '$.preferences[*] ? (@.status == "active")'),
+             'decisions',
+             jsonb_path_query_array(ts.state, '$.decisions[*] ? (@.status == "active")'))
+      FROM task_states ts
+      JOIN sessions s ON s.id = ts.session_id
+     WHERE s.tenant_id = $1 AND ts.session_id = $2 AND ts.version = $3
+"""
+
+
+async def read_state_in_force(
+    db: asyncpg.Connection, *, tenant: str, session_pk: int, version: int
+) -> dict[str, list[dict[str, object]]] | None:
+    """The items of the state ``version`` in force, by pool; None if it was replaced."""
+    found: dict[str, list[dict[str, object]]] | None = await db.fetchval(
+        STATE_IN_FORCE, tenant, session_pk, version
+    )
+    return found

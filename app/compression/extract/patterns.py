@@ -219,13 +219,15 @@ REVOKE = re.compile(
     # Suffix cues ("X 不算了", "X is no longer needed"): the target is the text before
     # them, cut in code; a lazy prefix group here would be tried at every position.
     r"|(?P<suffix>(?:的(?:要求|限制))?(?:不算了|不要了|作废了?|取消了|不用了|不需要了|没必要了|可以忽略|不再适用)"
+    # "X的限制取消吧", "X这条规定去掉吧": the rule named, then withdrawn
+    r"|(?:的|这条|这个)(?:要求|限制|规定|规则)就?(?:取消|去掉|拿掉|撤掉)(?:吧|了|掉)?"
     r"|(?i:(?<!\s)\s++(?:is|are) (?:no longer|not) (?:needed|required|necessary"
     r"|a (?:requirement|constraint|problem|concern|restriction)|an issue)\b))"
     r"|^(?:算了|当我没说|刚才说的不算|忘了它|忘掉吧)"
     # en
     r"|(?i:^(?:scratch that|never ?mind|forget (?:it|that)|ignore that|disregard that)\b)"
     r"|(?i:(?<!don't )(?<!do not )(?<!never )"
-    r"\b(?:forget about|forget|disregard|cancel|drop|lift|scrap"
+    r"\b(?:forget about|forget|disregard|cancel|drop|lift|scrap|scratch"
     r"|remove the (?:constraint|requirement|restriction|limit)(?: on| about| of)?"
     r"|ignore (?:what i said about|my earlier|the earlier|the previous|my previous)"
     r"|you can (?:now )?(?:ignore|skip|drop))\s+(?P<t4>[^,;!?.]{1,60}))"

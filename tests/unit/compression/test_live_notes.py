@@ -8,7 +8,16 @@ import pytest
 
 from app.compression.extract.rules import extract_units
 from app.compression.live import LiveTurn
-from app.compression.live_notes import add_notes, answered, notes_for, resolve
+from app.compression.live_notes import (
+    add_notes,
+    answered,
+    notes_for,
+    resolve,
+    retire,
+    with_notes,
+    withdrawn,
+    withdraws,
+)
 from app.compression.merge import merge
 from app.compression.render import render, render_tiers
 from app.compression.state import TaskState
@@ -229,3 +238,109 @@ def test_a_question_put_off_stays_open_however_often_moved_past() -> None:
     resolved = resolve(before, answered(before, open_items, _live(later)))
     assert pending in resolved.split("\n"), resolved
     assert pending in render(merge(state, extract_units(later, state))).split("\n")
+
+
+EN_RULES = [
+    user(1, "Please book flights from Boston to Denver for the conference."),
+    user(2, "The budget limit is 900 dollars for the whole trip."),
+    assistant(3, "Noted."),
+    user(4, "Never book red-eye flights."),
+    assistant(5, "OK."),
+]
+ZH_RULES = [
+    user(1, "帮我订从上海到成都的机票。"),
+    user(2, "预算不能超过 3000 元。"),
+    assistant(3, "好的。"),
+    user(4, "不要订红眼航班。"),
+    assistant(5, "明白。"),
+]
+WITHDRAWALS = [
+    (EN_RULES, "Actually, forget the budget limit.", "- The budget limit is 900 dollars"),
+    (EN_RULES, "Scratch the no red-eye rule, any time is fine.", "- Never book red-eye"),
+    (EN_RULES, "You can drop the red-eye restriction.", "- Never book red-eye"),
+    (EN_RULES, "Never mind, scratch that.", "- Never book red-eye"),
+    (ZH_RULES, "不用管预算了。", "- 预算不能超过"),
+    (ZH_RULES, "红眼航班的限制取消吧。", "- 不要订红眼航班"),
+    (ZH_RULES, "算了，当我没说。", "- 不要订红眼航班"),
+]
+
+
+def _in_force(state: TaskState) -> dict[str, list[dict[str, object]]]:
+    pools = ("constraints", "todos", "preferences", "decisions")
+    return {k: [i.model_dump(mode="json") for i in getattr(state, k)] for k in pools}
+
+
+@pytest.mark.parametrize(("opening", "said", "rule"), WITHDRAWALS)
+def test_a_rule_the_state_holds_withdrawn_live_stops_showing(
+    opening: list[TurnView], said: str, rule: str
+) -> None:
+    state = _state(opening)
+    before = render(state)
+    assert any(line.startswith(rule) for line in _section(before, before.split("\n")[2]))
+    later = [user(6, said), assistant(7, "OK.")]
+    gone = withdrawn(before, _in_force(state), _live(later))
+    after = retire(before, gone)
+    # As the next compression renders it: no longer a rule, listed as withdrawn.
+    assert after == _compressed(state, later), (after, _compressed(state, later))
+    constraints = _section(after, after.split("\n")[2])
+    assert not any(line.startswith(rule) for line in constraints), after
+    # A smaller rendering only loses the line.
+    assert retire(before, gone, listed=False).split("\n") == [
+        line for line in before.split("\n") if not line.startswith(rule)
+    ]
+
+
+def test_a_bare_withdrawal_after_a_live_rule_withdraws_that_rule() -> None:
+    state = _state(EN_RULES)
+    before = render(state)
+    later = [
+        user(6, "Only book aisle seats."),
+        assistant(7, "OK."),
+        user(8, "Hmm, scratch that."),
+    ]
+    assert withdrawn(before, _in_force(state), _live(later)) == []
+    assert "Never book red-eye" in _compressed(state, later)
+
+
+def test_nothing_is_withdrawn_without_a_withdrawal() -> None:
+    state = _state(EN_RULES)
+    before = render(state)
+    later = [user(6, "Only book aisle seats."), user(7, "Thanks, what is next?")]
+    assert withdrawn(before, _in_force(state), _live(later)) == []
+    assert not withdraws(_live(later))
+
+
+@pytest.mark.parametrize(
+    "turns",
+    [
+        [
+            user(1, "We need to migrate the billing database to the new cluster."),
+            user(2, "Never run the migration during business hours."),
+            assistant(3, "OK."),
+            user(4, "Next, we still need to notify the finance team."),
+            user(5, "My employee ID is E-448213."),
+        ],
+        [
+            user(1, "我们要把账单数据库迁移到新集群。"),
+            user(2, "迁移期间千万不要删除旧集群的数据。"),
+            assistant(3, "好的。"),
+            user(4, "我的工号是 E-448213。"),
+        ],
+    ],
+)
+def test_a_session_never_compressed_gets_the_state_of_its_left_out_notes(
+    turns: list[TurnView],
+) -> None:
+    left = {t.seq for t in turns if t.role == "user"}
+    noted = with_notes([""], _live(turns), left)
+    assert noted is not None
+    alone = noted[0]
+    compressed = render(_state(turns))
+    assert alone.split("\n")[0] == compressed.split("\n")[0]  # same title, same turn
+    headers = [line for line in alone.split("\n")[1:] if line.endswith((":", "："))]
+    assert headers, alone
+    for header in headers:
+        assert _section(alone, header) == _section(compressed, header), (alone, compressed)
+    # Nothing left out: nothing to add.
+    assert with_notes([""], _live(turns), set()) is None
+    assert with_notes([""], _live(turns), {3}) is None
