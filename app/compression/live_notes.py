@@ -28,10 +28,9 @@ Pure: no I/O. What a turn says is read once per process (memoised by its text).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -53,7 +52,13 @@ from app.compression.state import (
     TodoUnit,
     Unit,
 )
-from app.compression.text import canonical_json, clip, detect_language, item_key, normalize
+from app.compression.text import (
+    clip,
+    containment,
+    detect_language,
+    item_key,
+    normalize,
+)
 from app.compression.untrusted import one_line
 from app.core.turns import TurnView
 
@@ -192,6 +197,13 @@ def _notes_alone(live: Iterable[LiveTurn], left_out: set[int]) -> str:
     if not left_out or not any(_carries(t) for t in turns if t.seq in left_out):
         return ""
     said = tuple((t.seq, t.content or "") for t in turns if _turn_units(t.content or ""))
+    return _rendered_alone(said, frozenset(s for s, _ in said if s in left_out))
+
+
+@lru_cache(maxsize=1024)
+def _rendered_alone(said: tuple[tuple[int, str], ...], left_out: frozenset[int]) -> str:
+    """Memoised: a session's reads see the same turns, and leave the same ones out,
+    until a new one."""
     lang = detect_language(text for _, text in said)
     state = _live_state(said, lang)
 
@@ -255,15 +267,49 @@ class Withdrawn:
     text: str
 
 
-def withdraws(live: Iterable[LiveTurn]) -> bool:
-    """Whether a live user turn withdraws something ("forget the budget limit",
-    "不用管预算了", "scratch that"): only then is what the state holds in force read."""
-    return any(
-        isinstance(u, RevocationUnit)
+def withdraws(rendered: str, live: Iterable[LiveTurn]) -> bool:
+    """Whether a live user turn may withdraw something the rendering shows in force
+    ("forget the budget limit", "不用管预算了", "scratch that"): only then is what the
+    state holds in force read. A withdrawal that names something must name a line of
+    the rendering's rules, preferences, decisions or next steps (as the merge matches
+    a target); a bare one, said before any live rule or step, withdraws the latest."""
+    if not rendered:
+        return False
+    said = [
+        (t.seq, u)
         for t in live
         if t.role == "user" and t.content
         for u in _turn_units(t.content)
-    )
+        if isinstance(u, (RevocationUnit, ConstraintUnit, TodoUnit))
+    ]
+    withdrawals = [(seq, u) for seq, u in said if isinstance(u, RevocationUnit)]
+    if not withdrawals:
+        return False
+    shown: list[str] | None = None
+    for seq, unit in withdrawals:
+        if unit.target == _LATEST:
+            if not any(s < seq and not isinstance(u, RevocationUnit) for s, u in said):
+                return True
+            continue
+        shown = _in_force_lines(rendered) if shown is None else shown
+        target = unit.target or ""
+        if any(max(containment(target, x), containment(x, target)) >= 0.5 for x in shown):
+            return True
+    return False
+
+
+def _in_force_lines(rendered: str) -> list[str]:
+    """The item lines of the rendering's sections a withdrawal retires from."""
+    lab = LABELS[_language(rendered)]
+    headers = _headers(lab)
+    notes = lab["notes"].split("{", 1)[0]
+    lines = rendered.split("\n")
+    out: list[str] = []
+    for _, section, _ in _IN_FORCE:
+        if lab[section] in lines:
+            start = lines.index(lab[section])
+            out += [x[2:] for x in lines[start + 1 : _section_end(lines, start, headers, notes)]]
+    return out
 
 
 def withdrawn(
@@ -287,15 +333,15 @@ def withdrawn(
     if not any(isinstance(u, RevocationUnit) for _, text in said for u in _turn_units(text)):
         return []
     pools = {pool: list(in_force.get(pool) or ()) for pool, _, _ in _IN_FORCE}
-    return list(_withdrawn(canonical_json(pools), through, said))
+    return list(_withdrawn(_Items.of(pools, tuple(pools)), through, said))
 
 
 @lru_cache(maxsize=1024)
 def _withdrawn(
-    in_force: str, through: int, said: tuple[tuple[int, str], ...]
+    in_force: _Items, through: int, said: tuple[tuple[int, str], ...]
 ) -> tuple[Withdrawn, ...]:
     """Memoised: a session's reads see the same state and turns until either changes."""
-    base = TaskState.model_validate({**json.loads(in_force), "last_seq": through})
+    base = TaskState.model_validate({**in_force.items, "last_seq": through})
     ctx = Context.from_state(base, None)
     units: list[Unit] = []
     for seq, text in said:
@@ -394,15 +440,36 @@ def answered(
     )
     if not replies:
         return []
-    return list(_answers(canonical_json(list(open_pending)), through, replies))
+    return list(_answers(_Items.of(open_pending), through, replies))
+
+
+@dataclass(frozen=True, slots=True)
+class _Items:
+    """Stored items, compared and hashed by their keys and the turns they were seen in
+    (what a memo must tell apart), carrying them whole."""
+
+    ident: tuple[tuple[str, str, tuple[int, ...]], ...]
+    items: Any = field(compare=False, hash=False)
+
+    @classmethod
+    def of(cls, items: Any, pools: Sequence[str] = ()) -> _Items:
+        rows = (
+            [(pool, i) for pool in pools for i in items[pool]]
+            if pools
+            else [("", i) for i in items]
+        )
+        ident = tuple(
+            (pool, str(i.get("key")), tuple(i.get("source_seqs") or ())) for pool, i in rows
+        )
+        return cls(ident, items)
 
 
 @lru_cache(maxsize=1024)
 def _answers(
-    open_pending: str, through: int, replies: tuple[tuple[int, str], ...]
+    open_pending: _Items, through: int, replies: tuple[tuple[int, str], ...]
 ) -> tuple[Answer, ...]:
     """Memoised: a session's reads see the same replies until a new one."""
-    state = TaskState.model_validate({"pending": json.loads(open_pending), "last_seq": through})
+    state = TaskState.model_validate({"pending": list(open_pending.items), "last_seq": through})
     texts = {p.key: p.text for p in state.pending}
     turns = [TurnView(seq=seq, role="user", content=text) for seq, text in replies]
     found = replies_resolve(state, turns)

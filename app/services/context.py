@@ -124,7 +124,7 @@ async def _withdrawn(
 ) -> list[Withdrawn]:
     """What the state holds in force that a live turn withdrew ("forget the budget
     limit"): its items are read only when a live turn withdraws something."""
-    if not head["rendered"] or not withdraws(live):
+    if not withdraws(head["rendered"], live):
         return []
     in_force = await read_state_in_force(
         db, tenant=tenant, session_pk=head["id"], version=head["version"]

@@ -278,6 +278,7 @@ def test_a_rule_the_state_holds_withdrawn_live_stops_showing(
     before = render(state)
     assert any(line.startswith(rule) for line in _section(before, before.split("\n")[2]))
     later = [user(6, said), assistant(7, "OK.")]
+    assert withdraws(before, _live(later))
     gone = withdrawn(before, _in_force(state), _live(later))
     after = retire(before, gone)
     # As the next compression renders it: no longer a rule, listed as withdrawn.
@@ -298,6 +299,7 @@ def test_a_bare_withdrawal_after_a_live_rule_withdraws_that_rule() -> None:
         assistant(7, "OK."),
         user(8, "Hmm, scratch that."),
     ]
+    assert not withdraws(before, _live(later))
     assert withdrawn(before, _in_force(state), _live(later)) == []
     assert "Never book red-eye" in _compressed(state, later)
 
@@ -307,7 +309,7 @@ def test_nothing_is_withdrawn_without_a_withdrawal() -> None:
     before = render(state)
     later = [user(6, "Only book aisle seats."), user(7, "Thanks, what is next?")]
     assert withdrawn(before, _in_force(state), _live(later)) == []
-    assert not withdraws(_live(later))
+    assert not withdraws(before, _live(later))
 
 
 @pytest.mark.parametrize(
