@@ -119,6 +119,12 @@ def _as_of_live_turns(
     ]
 
 
+# What a version of a session's state holds in force never changes (a compression or a
+# restore writes a new version): read once per process, by (session, version).
+_IN_FORCE: dict[tuple[int, int], dict[str, list[dict[str, object]]]] = {}
+IN_FORCE_KEPT = 1024
+
+
 async def _withdrawn(
     db: asyncpg.Connection, head: asyncpg.Record, live: list[LiveTurn], *, tenant: str
 ) -> list[Withdrawn]:
@@ -126,10 +132,18 @@ async def _withdrawn(
     limit"): its items are read only when a live turn withdraws something."""
     if not withdraws(head["rendered"], live):
         return []
-    in_force = await read_state_in_force(
-        db, tenant=tenant, session_pk=head["id"], version=head["version"]
-    )
-    return withdrawn(head["rendered"], in_force, live) if in_force else []
+    key = (head["id"], head["version"])
+    in_force = _IN_FORCE.get(key)
+    if in_force is None:
+        in_force = await read_state_in_force(
+            db, tenant=tenant, session_pk=head["id"], version=head["version"]
+        )
+        if in_force is None:
+            return []  # a compression replaced the version read meanwhile
+        if len(_IN_FORCE) >= IN_FORCE_KEPT:
+            del _IN_FORCE[next(iter(_IN_FORCE))]  # the oldest read
+        _IN_FORCE[key] = in_force
+    return withdrawn(head["rendered"], in_force, live)
 
 
 def _left_out(
