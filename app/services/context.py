@@ -120,8 +120,9 @@ def _as_of_live_turns(
 
 
 # What a version of a session's state holds in force never changes (a compression or a
-# restore writes a new version): read once per process, by (session, version).
-_IN_FORCE: dict[tuple[int, int], dict[str, list[dict[str, object]]]] = {}
+# restore writes a new version): read once per process, by session, version and
+# rendering (a database rebuilt under the process, as in tests, reuses the first two).
+_IN_FORCE: dict[tuple[int, int, str], dict[str, list[dict[str, object]]]] = {}
 IN_FORCE_KEPT = 1024
 
 
@@ -132,7 +133,7 @@ async def _withdrawn(
     limit"): its items are read only when a live turn withdraws something."""
     if not withdraws(head["rendered"], live):
         return []
-    key = (head["id"], head["version"])
+    key = (head["id"], head["version"], head["rendered"])
     in_force = _IN_FORCE.get(key)
     if in_force is None:
         in_force = await read_state_in_force(
