@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from app.compression.extract.context import Context
 from app.compression.extract.patterns import SENTENCE_SPLIT, literal_hint
-from app.compression.extract.sentence import proposes
+from app.compression.extract.proposal import proposes
 from app.compression.state import DecisionUnit, ParameterUnit, RevocationUnit, Unit
 from app.compression.text import clip, normalize
 

@@ -30,6 +30,7 @@ from app.compression.extract.context import Context, Ref
 from app.compression.extract.deferral import deferral, is_bare, is_deferral
 from app.compression.extract.entities import find_artifacts
 from app.compression.extract.identifiers import identifier_units
+from app.compression.extract.proposal import is_question
 from app.compression.extract.sentence import (
     TEXT_CHARS,
     blocker,
@@ -37,7 +38,6 @@ from app.compression.extract.sentence import (
     emphasized,
     is_noise,
     is_offer,
-    is_question,
     speech_units,
     strip_bullet,
     todo,

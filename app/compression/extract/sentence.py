@@ -22,9 +22,11 @@ from __future__ import annotations
 import re
 
 from app.compression.extract import patterns
+from app.compression.extract.changes import value_change
 from app.compression.extract.context import Context
 from app.compression.extract.deferral import deferral
 from app.compression.extract.entities import DATE, find_artifacts, has_amount_or_date
+from app.compression.extract.proposal import is_question, proposes
 from app.compression.state import (
     BlockerUnit,
     ConstraintUnit,
@@ -132,24 +134,6 @@ def is_social(sentence: str) -> bool:
 def is_offer(sentence: str) -> bool:
     """A generic offer or sign-off ("Let me know if you'd like more", "随时告诉我")."""
     return _hinted(patterns.HINT_OFFER, sentence) and patterns.OFFER.search(sentence) is not None
-
-
-def is_question(sentence: str) -> bool:
-    # Same as patterns.QUESTION_END, without scanning the sentence for an end anchor.
-    text = sentence.rstrip()
-    return text.endswith(("?", "？")) or text.rstrip("。. ").endswith(("吗", "呢", "么"))
-
-
-def proposes(sentence: str) -> bool:
-    """A question that weighs a value or a change ("should we raise X to 15?",
-    "要不要把X改成15？"): it proposes, it does not set. A polite request phrased as a
-    question ("can you set X to 15?", "能不能把X改成15？") does set."""
-    return (
-        is_question(sentence)
-        and _hinted(patterns.HINT_PROPOSAL, sentence)
-        and patterns.PROPOSAL.search(sentence) is not None
-        and patterns.REQUEST.search(sentence) is None
-    )
 
 
 def emphasized(sentence: str, turn_emphasized: bool) -> bool:
@@ -450,9 +434,6 @@ def _weighs_setting(question: str, ctx: Context) -> bool:
     """Whether a proposal names a setting ("… raise the page limit to 15?", "… make the
     X 25% instead of 10%?"), read as the parameter rules or the value-change rules
     read a statement."""
-    # Deferred: the change rules read ``proposes`` from this module.
-    from app.compression.extract.changes import value_change
-
     # Without its proposing words: "要不要" is no negation, "should we" no name.
     statement = patterns.PROPOSAL.sub(" ", question.rstrip("?？ ")).strip()
     if _settings(statement, 0, ctx):
