@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
+import numpy as np
 
 from app.memories.lexical import lexical_terms, normalize
 from app.memories.vectors import l2_normalize
@@ -137,6 +138,16 @@ async def embed_cached(
 # --------------------------------------------------------------------------- USE
 
 
+def unit_rows(matrix: Any) -> list[list[float]]:
+    """The rows of a float matrix scaled to unit length (in float64, as
+    ``l2_normalize`` does), as lists; a zero row stays zero."""
+    rows = np.asarray(matrix, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    norms[norms == 0] = 1.0
+    unit: list[list[float]] = (rows / norms[:, None]).tolist()
+    return unit
+
+
 class USEEmbedder:
     """Google USE multilingual v3 (16 languages incl. zh/en, cross-lingual), local.
 
@@ -183,7 +194,7 @@ class USEEmbedder:
             batch = list(texts[start : start + self._batch_size])
             with self._encode_lock:
                 matrix = model.encode(batch)
-            out.extend(l2_normalize(row.tolist()) for row in matrix)
+            out.extend(unit_rows(matrix))
         return out
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.jobs import JobKind
@@ -89,8 +90,56 @@ async def add_memory(
     return Added(added.memory, created=added.created)
 
 
-async def hybrid_search(
+def embed_query(embedder: Embedder, query: str) -> asyncio.Future[list[list[float]]]:
+    """The embedding of ``query``, started now: it runs (in the embedder's thread, or
+    over HTTP) while the caller's round trips to Postgres do."""
+    return asyncio.ensure_future(embedder.embed([query]))
+
+
+def _settle(embedding: asyncio.Future[list[list[float]]]) -> None:
+    """An embedding nobody will await: cancelled if still running, its failure marked
+    as seen (it was raised to the caller already, or is moot)."""
+    if not embedding.done():
+        embedding.cancel()
+    elif not embedding.cancelled():
+        embedding.exception()
+
+
+async def search_memories(
     conn: AsyncConnection,
+    *,
+    tenant: str,
+    user: str,
+    query: str,
+    k: int,
+    kind: str | None = None,
+    embedder: Embedder | None = None,
+) -> list[MemoryRow] | None:
+    """The user's best matches for ``query`` (None: no such user).
+
+    The query is embedded from the start, while the user is looked up and the lexical
+    leg runs: the query vector is the search's costliest step (a USE forward pass, or a
+    round trip to an embedding service), and it needs nothing from the database.
+    """
+    embedding = embed_query(embedder, query) if embedder is not None else None
+    try:
+        db = await driver_connection(conn)  # every statement of the search reads through it
+        user_pk = await sessions.user_pk_on_driver(db, tenant=tenant, user=user)
+    except BaseException:
+        if embedding is not None:
+            _settle(embedding)
+        raise
+    if user_pk is None:
+        if embedding is not None:
+            _settle(embedding)
+        return None
+    return await hybrid_search(
+        db, user_pk=user_pk, query=query, k=k, kind=kind, embedder=embedder, embedding=embedding
+    )
+
+
+async def hybrid_search(
+    conn: AsyncConnection | asyncpg.Connection,
     *,
     user_pk: int,
     query: str,
@@ -98,19 +147,21 @@ async def hybrid_search(
     kind: str | None = None,
     embedder: Embedder | None = None,
     query_vector: list[float] | None = None,
+    embedding: asyncio.Future[list[list[float]]] | None = None,
 ) -> list[MemoryRow]:
     """Vector and lexical candidates of one user, fused by reciprocal rank.
 
     The query is embedded (in the embedder's thread, or over HTTP) while the lexical
     leg runs on the connection: the search waits for the slower of the two, not both.
+    ``embedding``: that embedding, already started by the caller (``embed_query``).
     """
-    embedding = None
-    if query_vector is None and embedder is not None:
-        embedding = asyncio.ensure_future(embedder.embed([query]))
+    if embedding is None and query_vector is None and embedder is not None:
+        embedding = embed_query(embedder, query)
     terms = search_terms(query)
     lexical: list[MemoryRow] | None = None
-    db = await driver_connection(conn)  # both legs read through the driver
     try:
+        # both legs read through the driver
+        db = conn if isinstance(conn, asyncpg.Connection) else await driver_connection(conn)
         if terms:
             lexical = await repo.lexical_search(
                 db, user_pk=user_pk, terms=terms, k=max(k, CANDIDATES_PER_LIST), kind=kind
@@ -118,10 +169,8 @@ async def hybrid_search(
         if embedding is not None:
             query_vector = (await embedding)[0]
     finally:
-        if embedding is not None and not embedding.done():
-            embedding.cancel()  # the lexical leg failed first
-        elif embedding is not None and not embedding.cancelled():
-            embedding.exception()  # marks a failure as seen: it was raised above, or is moot
+        if embedding is not None:
+            _settle(embedding)  # the lexical leg failed first, or the vector is read
     rankings: list[list[MemoryRow]] = []
     if query_vector is not None and embedder is not None:
         rankings.append(

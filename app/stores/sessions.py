@@ -29,6 +29,7 @@ from app.stores.rows import turn_view
 # ------------------------------------------------------------------------- users
 
 USER_PK = text("SELECT id FROM users WHERE tenant_id = :tenant AND external_id = :user")
+USER_PK_ON_DRIVER = "SELECT id FROM users WHERE tenant_id = $1 AND external_id = $2"
 
 UPSERT_USER = text("""
     INSERT INTO users (tenant_id, external_id) VALUES (:tenant, :user)
@@ -43,6 +44,13 @@ DELETE_USER = text(
 
 async def user_pk(conn: AsyncConnection, *, tenant: str, user: str) -> int | None:
     found = (await conn.execute(USER_PK, {"tenant": tenant, "user": user})).scalar()
+    return None if found is None else int(found)
+
+
+async def user_pk_on_driver(db: asyncpg.Connection, *, tenant: str, user: str) -> int | None:
+    """``user_pk`` on the driver connection, for a read path that runs its other
+    statements there (a memory search): no SQLAlchemy layer around one lookup."""
+    found = await db.fetchval(USER_PK_ON_DRIVER, tenant, user)
     return None if found is None else int(found)
 
 

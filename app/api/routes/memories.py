@@ -21,7 +21,7 @@ from app.api.problems import COMMON_PROBLEMS
 from app.api.schemas import MemoriesOut, MemoryIn, MemoryKind, MemoryPublic, QueryText
 from app.compression.untrusted import one_line
 from app.core.errors import NotFound
-from app.services.memories import add_memory, hybrid_search
+from app.services.memories import add_memory, search_memories
 from app.stores import memories as repo
 from app.stores import sessions
 from app.stores.memories import MemoryRow
@@ -86,21 +86,25 @@ async def list_memories(
     kind: MemoryKind | None = None,
 ) -> MemoriesOut:
     """The user's live memories; with ``query``, the best matches (vector + lexical)."""
-    user_pk = await sessions.user_pk(conn, tenant=tenant, user=user_id)
-    if user_pk is None:
-        raise NotFound(f"user {user_id!r} not found")
+    found: list[MemoryRow] | None
     if query and query.strip():
-        rows = await hybrid_search(
+        found = await search_memories(
             conn,
-            user_pk=user_pk,
+            tenant=tenant,
+            user=user_id,
             query=query,
             k=limit,
             kind=kind,
             embedder=request.app.state.embedder,
         )
     else:
-        rows = await repo.list_memories(conn, user_pk=user_pk, kind=kind, limit=limit)
-    return MemoriesOut(memories=[public(r) for r in rows])
+        user_pk = await sessions.user_pk(conn, tenant=tenant, user=user_id)
+        found = None
+        if user_pk is not None:
+            found = await repo.list_memories(conn, user_pk=user_pk, kind=kind, limit=limit)
+    if found is None:
+        raise NotFound(f"user {user_id!r} not found")
+    return MemoriesOut(memories=[public(r) for r in found])
 
 
 @router.delete("/{user_id}/memories/{memory_id}", status_code=204)

@@ -10,9 +10,10 @@ import subprocess
 import sys
 
 import httpx
+import numpy as np
 import pytest
 
-from app.memories.vectors import cosine
+from app.memories.vectors import cosine, l2_normalize
 from app.providers.embed import (
     Embedder,
     EmbeddingBadResponse,
@@ -25,6 +26,7 @@ from app.providers.embed import (
     build_embedder,
     check_compatible,
     embed_cached,
+    unit_rows,
 )
 from tests.unit.memories.retrieval_set import FACTS, QUERIES, recall
 
@@ -90,6 +92,22 @@ async def test_use_embeds_normalised_512d(use_embedder: USEEmbedder) -> None:
     assert [len(v) for v in vectors] == [512, 512]
     assert all(norm(v) == pytest.approx(1.0, abs=1e-5) for v in vectors)
     assert await use_embedder.embed([]) == []
+
+
+def test_use_vectors_are_the_models_rows_at_unit_length(use_embedder: USEEmbedder) -> None:
+    """The vectors are the model's rows scaled to unit length as ``l2_normalize`` scales
+    a list (within 1e-12), a zero row stays zero, and a query embedded alone gets the
+    vector it gets in a batch (within 1e-6)."""
+    texts = ["hello", "你好，我想订一张靠窗的票", "order-123 QX7T2L", "", "a " * 40]
+    model = use_embedder._loaded()
+    expected = [l2_normalize(row.tolist()) for row in model.encode(texts)]
+    got = use_embedder.embed_sync(texts)
+    for want, have in zip(expected, got, strict=True):
+        assert max(abs(a - b) for a, b in zip(want, have, strict=True)) < 1e-12
+    assert unit_rows(np.zeros((2, 4), dtype=np.float32)) == [[0.0] * 4, [0.0] * 4]
+    for text, in_batch in zip(texts, got, strict=True):
+        [alone] = use_embedder.embed_sync([text])
+        assert max(abs(a - b) for a, b in zip(alone, in_batch, strict=True)) < 1e-6
 
 
 async def test_use_is_cross_lingual(use_embedder: USEEmbedder) -> None:
