@@ -16,7 +16,8 @@ from typing import Any
 
 import asyncpg
 from pgvector import Vector
-from sqlalchemy import event
+from sqlalchemy import TextClause, event
+from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from app.core import jsonio
@@ -48,6 +49,13 @@ PLAN_FENCE_ROWS = 1_000_000
 def plan_fence(never: str) -> str:
     """The fence's SQL, one row (``n``); ``never`` is never true for any execution."""
     return f"SELECT count(*) AS n FROM generate_series(1, {PLAN_FENCE_ROWS}) WHERE {never}"
+
+
+def positional(statement: TextClause) -> tuple[str, tuple[str, ...]]:
+    """``statement`` for the driver: its SQL with asyncpg's ``$n`` placeholders, and
+    the names of its parameters in ``$n`` order (compiled once, where it is defined)."""
+    compiled = statement.compile(dialect=PGDialect_asyncpg())  # type: ignore[no-untyped-call]
+    return compiled.string, tuple(compiled.positiontup or ())
 
 
 def _json_text(value: Any) -> str:

@@ -28,7 +28,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.stores import queue
-from app.stores.engine import driver_connection, plan_fence
+from app.stores.engine import driver_connection, plan_fence, positional
 from app.stores.tables import EMBEDDING_DIM
 
 EXACT_SCAN_MAX = 5_000
@@ -246,6 +246,10 @@ ADD_MEMORY = text(f"""
     SELECT *, {queue.notify_added("job")} AS jobs_added FROM m
     UNION ALL SELECT *, 0 FROM confirmed
 """)
+
+# Run on the driver: the SQLAlchemy layer cost more CPU than the statement's own client
+# side (0.30 vs 0.17 ms an add, measured in one process, alternating).
+ADD_MEMORY_ON_DRIVER = positional(ADD_MEMORY)
 
 # confirm: a restatement refreshes the memory instead of duplicating it.
 CONFIRM = text("""
@@ -530,7 +534,7 @@ class AddedRow:
 
 
 async def add_memory(
-    conn: AsyncConnection,
+    conn: Connection,
     *,
     tenant: str,
     user: str,
@@ -547,34 +551,35 @@ async def add_memory(
 ) -> AddedRow | None:
     """The added (or confirmed) memory; None when the user does not exist yet. A new
     memory's ``embed_job`` (deduplicated per user: ``embed_key_prefix`` + the user's
-    id) is enqueued by the same statement."""
-    r = (
-        await conn.execute(
-            ADD_MEMORY,
-            {
-                "tenant": tenant,
-                "user": user,
-                "kind": kind,
-                "text": text_,
-                "text_key": text_key,
-                "pinned": pinned,
-                "ttl_days": ttl_days,
-                "source": source,
-                "metadata": metadata,
-                **postings(terms),
-                **queue.within_params(
-                    tenant_id=tenant,
-                    kind=embed_job.kind,
-                    max_attempts=embed_job.max_attempts,
-                    delay_s=embed_job.delay_s,
-                ),
-                "job_key_prefix": embed_key_prefix,
-            },
-        )
-    ).first()
+    id) is enqueued by the same statement.
+
+    One statement, atomic on its own, sent on the driver connection: for an autocommit
+    connection (or the driver's own), not inside a SQLAlchemy transaction, which it
+    would not be part of."""
+    params = {
+        "tenant": tenant,
+        "user": user,
+        "kind": kind,
+        "text": text_,
+        "text_key": text_key,
+        "pinned": pinned,
+        "ttl_days": ttl_days,
+        "source": source,
+        "metadata": metadata,
+        **postings(terms),
+        **queue.within_params(
+            tenant_id=tenant,
+            kind=embed_job.kind,
+            max_attempts=embed_job.max_attempts,
+            delay_s=embed_job.delay_s,
+        ),
+        "job_key_prefix": embed_key_prefix,
+    }
+    sql, names = ADD_MEMORY_ON_DRIVER
+    r = await (await _driver(conn)).fetchrow(sql, *[params[name] for name in names])
     if r is None:
         return None
-    return AddedRow(memory=_row(r._mapping), created=r.created, user_pk=r.user_id)
+    return AddedRow(memory=_row(r), created=r["created"], user_pk=r["user_id"])
 
 
 async def confirm(conn: AsyncConnection, *, memory_id: int, user_pk: int, pinned: bool) -> None:

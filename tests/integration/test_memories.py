@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -332,14 +333,30 @@ async def test_an_add_is_one_statement_with_its_embedding_job(
     statements: list[str] = []
 
     def seen(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        statements.append(statement)
+        statements.append(statement)  # through SQLAlchemy
+
+    def logged(record: Any) -> None:
+        statements.append(record.query)  # on the driver
+
+    drivers: list[Any] = []
+
+    def checkout(dbapi_connection: Any, *_: object) -> None:
+        drivers.append(dbapi_connection.driver_connection)
+        drivers[-1].add_query_logger(logged)
 
     event.listen(engine.sync_engine, "before_cursor_execute", seen)
+    event.listen(engine.sync_engine, "checkout", checkout)
     try:
         await remember(client, "u-one", "Allergic to peanuts")
+        await asyncio.sleep(0)  # the driver calls its loggers soon after each statement
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", seen)
+        event.remove(engine.sync_engine, "checkout", checkout)
+        for driver in drivers:
+            driver.remove_query_logger(logged)
+    assert drivers, "no connection was checked out"
     assert len(statements) == 1, statements
+    assert "INSERT INTO memories" in statements[0]
     await remember(client, "u-one", "Travels with a cello")
     restated = await remember(client, "u-one", "allergic to peanuts")
     assert restated["deduplicated"] is True
