@@ -34,6 +34,21 @@ class ServiceError(RuntimeError):
     """The service did not become ready, or died; the message ends with its log."""
 
 
+LISTEN_WAIT_S = 30.0
+
+
+def listening_sockets(port: int) -> int:
+    """How many TCP sockets listen on ``port`` on this machine (Linux's /proc)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    count += 1
+    return count
+
+
 def free_port() -> int:
     """A loopback port nobody listens on right now (racy, as all such helpers are)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -121,10 +136,22 @@ class Service:
                     )
                 with contextlib.suppress(httpx.TransportError):
                     if client.get(f"{self.base_url}/readyz").status_code == 200:
+                        self._wait_listening(deadline)
                         return time.perf_counter() - began
                 time.sleep(0.05)
         self.stop()
         raise ServiceError(f"not ready after {self.ready_timeout_s:.0f} s\n{self.log_tail()}")
+
+    def _wait_listening(self, deadline: float) -> None:
+        """With ``--workers N``, until N sockets listen on the port (each API process has
+        its own, SO_REUSEPORT), at most ``LISTEN_WAIT_S``: the first process answers
+        /readyz while the others may still be starting, and keep-alive clients that
+        connect then all stay on the first one. (One shared socket never shows N.)"""
+        if self.workers < 2:
+            return
+        until = min(deadline, time.perf_counter() + LISTEN_WAIT_S)
+        while time.perf_counter() < until and listening_sockets(self.port) < self.workers:
+            time.sleep(0.1)
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM (uvicorn's graceful shutdown), then SIGKILL of the process group."""
