@@ -43,7 +43,11 @@ log = logging.getLogger(__name__)
 
 EMBED_BATCH = 64  # memories per model call
 EMBED_JOBS_PER_BATCH = 64  # embedding jobs (users) claimed together
-INDEX_JOBS_PER_BATCH = 16  # index jobs (sessions) claimed together
+# Index jobs (sessions) claimed together. Few: a batch holds a worker slot until its
+# last session is written, and a compression (claimed first, but only into a free slot)
+# waits for it; the model call per batch saves little, the one insert per session saves
+# the most, whatever the batch.
+INDEX_JOBS_PER_BATCH = 4
 SIMILAR_EXISTING = 8
 
 
@@ -229,7 +233,7 @@ async def index_session(ctx: JobContext, deps: MemoryDeps) -> None:
     batch, then each session's rows, marks and job in one transaction of its own, with
     one statement per table. One transaction per session, not one for the batch: it
     locks its session's row (posts to the session wait for it) for as long as it
-    writes, and a batch's writes take 16 times as long."""
+    writes, and a batch's writes take as many times as long as one session's."""
     runs: list[tuple[Job, IndexRun]] = []
     async with ctx.engine.connect() as conn:
         for claimed in sorted(ctx.jobs, key=lambda j: j.session_id or 0):
