@@ -197,6 +197,27 @@ class Service:
         stats = [stat.split() for _, stat in self._tree()]
         return sum(int(f[11]) + int(f[12]) for f in stats) / ticks if stats else None
 
+    def cpu_by_role(self) -> dict[str, float] | None:
+        """``cpu_seconds`` split: the API processes, and the job worker with its
+        children (its extraction processes). The worker runs beside the requests
+        while it owes jobs; its CPU is not the requests' cost."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        split = {"api": 0.0, "worker": 0.0}
+        workers: set[int] = set()
+        seen = False
+        for pid, stat in self._tree():
+            seen = True
+            fields = stat.split()
+            with contextlib.suppress(OSError):
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if b"worker" in argv:
+                    workers.add(pid)
+            if int(fields[1]) in workers:  # the parent's pid (a parent comes first)
+                workers.add(pid)
+            role = "worker" if pid in workers else "api"
+            split[role] += (int(fields[11]) + int(fields[12])) / ticks
+        return split if seen else None
+
     def rss_mib(self) -> float | None:
         """Resident memory of the server's processes, summed (shared pages counted in each)."""
         total, seen = 0, False

@@ -171,6 +171,11 @@ class Phase:
     # Context reads whose context has a long-term memory block (the costliest part of
     # a read; it appears as the worker promotes episodes, so it moves with the worker).
     with_memories: int | None = None
+    # server_cpu_s split: the API processes', and the job worker's (which runs beside
+    # the requests while it owes jobs: its CPU is not theirs). The embedded Postgres is
+    # in neither.
+    api_cpu_s: float | None = None
+    worker_cpu_s: float | None = None
 
 
 def percentile(ordered: Sequence[float], p: float) -> float:
@@ -254,11 +259,17 @@ async def run_phase(
                 errors += 1
                 first_error = first_error or f"{response.status_code}: {response.text[:300]}"
 
-    cpu0, server0 = time.process_time(), service.cpu_seconds()
+    cpu0, server0, roles0 = time.process_time(), service.cpu_seconds(), service.cpu_by_role()
     began = phase_began = time.perf_counter()
     await asyncio.wait_for(asyncio.gather(*(client_loop(c) for c in clients)), PHASE_TIMEOUT_S)
     seconds = time.perf_counter() - began
-    server1 = service.cpu_seconds()
+    server1, roles1 = service.cpu_seconds(), service.cpu_by_role()
+
+    def role_cpu(role: str) -> float | None:
+        if roles0 is None or roles1 is None:
+            return None
+        return round(roles1[role] - roles0[role], 2)
+
     waiting = await jobs_waiting(clients[0])
     ordered = sorted(ms * 1000 for ms in latencies)
     return Phase(
@@ -283,6 +294,8 @@ async def run_phase(
         ],
         jobs_waiting_after=waiting,
         with_memories=with_memories if contexts else None,
+        api_cpu_s=role_cpu("api"),
+        worker_cpu_s=role_cpu("worker"),
     )
 
 
@@ -471,21 +484,24 @@ def print_report(result: dict[str, Any]) -> None:
     )
     head = (
         f"{'phase':<16}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'req/s':>9}{'items/s':>10}"
-        f"{'errors':>8}{'srv cpu':>9}{'cli cpu':>9}{'jobs':>7}{'w/ mem':>8}"
+        f"{'errors':>8}{'srv cpu':>9}{'api ms':>8}{'cli cpu':>9}{'jobs':>7}{'w/ mem':>8}"
     )
     print(head)
     print("-" * len(head))
     for name, ph in result["phases"].items():
         srv = "-" if ph["server_cpu_s"] is None else f"{ph['server_cpu_s']:.1f}s"
+        api = ph.get("api_cpu_s")
+        api_ms = "-" if api is None else f"{api / ph['requests'] * 1000:.2f}"
         print(
             f"{name:<16}{ph['p50_ms']:>9.2f}{ph['p95_ms']:>9.2f}{ph['p99_ms']:>9.2f}"
             f"{ph['req_per_s']:>9.1f}{ph['items_per_s']:>10.1f}{ph['errors']:>8}"
-            f"{srv:>9}{ph['client_cpu_s']:>8.1f}s{_blank(ph['jobs_waiting_after']):>7}"
+            f"{srv:>9}{api_ms:>8}{ph['client_cpu_s']:>8.1f}s{_blank(ph['jobs_waiting_after']):>7}"
             f"{_blank(ph['with_memories']):>8}"
         )
     print(
-        "  jobs: queued or running at the phase's end (the worker's backlog); w/ mem: context"
-        " reads with a long-term memory block"
+        "  srv cpu: the server's processes (API and job worker, not Postgres); api ms: the"
+        " API processes' CPU per request;\n  jobs: queued or running at the phase's end (the"
+        " worker's backlog); w/ mem: context reads with a long-term memory block"
     )
     print()
     figures, ok = result["figures"], result["meets_target"]

@@ -49,6 +49,9 @@ class LiveTurn:
     seq: int
     role: str
     content: str | None
+    # What the worker stored as the turn's units (``live_notes.turn_units`` as JSON text)
+    # when it indexed the turn; None while it has not.
+    units: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

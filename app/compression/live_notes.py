@@ -23,16 +23,21 @@ more things go wrong when a live user turn is left out of a small context:
 A session never compressed has no rendering to add notes to: what its left-out
 turns state is rendered alone, as the compressor renders a state (``with_notes``).
 
-Pure: no I/O. What a turn says is read once per process (memoised by its text).
+Pure: no I/O. What a user turn says is read once: the worker stores it with the turn
+when it indexes it (``units_record``), the context read hands it in (``LiveTurn.units``);
+a turn not indexed yet is read here, once per process (memoised by its text).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
 
 from app.compression.extract.base import MOVED_ON
 from app.compression.extract.context import Context
@@ -51,6 +56,7 @@ from app.compression.state import (
     Todo,
     TodoUnit,
     Unit,
+    dump_units,
 )
 from app.compression.text import (
     clip,
@@ -114,7 +120,7 @@ def _through(rendered: str) -> int | None:
 
 
 @lru_cache(maxsize=4096)
-def _turn_units(text: str) -> tuple[Unit, ...]:
+def turn_units(text: str) -> tuple[Unit, ...]:
     """The units the rule extractor takes from one user turn of the kinds kept. A bare
     withdrawal ("scratch that", "算了") targets ``_LATEST``: what it withdraws is the
     latest rule or step said before it, known only beside the other turns."""
@@ -126,8 +132,36 @@ def _as_turn(text: str) -> TurnView:
     return TurnView(seq=0, role="user", content=text)
 
 
+def units_record(text: str) -> str:
+    """``turn_units(text)`` as the JSON text stored with the turn ("[]": it states none)."""
+    return json.dumps(dump_units(list(turn_units(text))), ensure_ascii=False)
+
+
+_NONE = "[]"
+_RECORD: TypeAdapter[list[Unit]] = TypeAdapter(list[Unit])
+
+
+@lru_cache(maxsize=4096)
+def _recorded(record: str) -> tuple[Unit, ...] | None:
+    try:
+        return tuple(_RECORD.validate_json(record))
+    except ValidationError:
+        return None  # stored by a version whose units no longer load
+
+
+def _units(text: str, record: str | None) -> tuple[Unit, ...]:
+    """What a user turn states: its stored record, or, not indexed yet (or its record
+    does not load), its reading."""
+    if record == _NONE:
+        return ()
+    recorded = None if record is None else _recorded(record)
+    return turn_units(text) if recorded is None else recorded
+
+
 def _carries(turn: LiveTurn) -> bool:
-    return turn.role == "user" and bool(turn.content) and bool(_turn_units(turn.content or ""))
+    return (
+        turn.role == "user" and bool(turn.content) and bool(_units(turn.content or "", turn.units))
+    )
 
 
 def any_carrier(live: Iterable[LiveTurn]) -> bool:
@@ -147,7 +181,9 @@ def notes_for(rendered: str, live: Iterable[LiveTurn], left_out: set[int]) -> li
     # The left-out turns first: every turn is read only when one of them says something.
     if not any(_carries(t) for t in turns if t.seq in left_out):
         return []
-    said = tuple((t.seq, t.content or "") for t in turns if _turn_units(t.content or ""))
+    said = tuple(
+        (t.seq, t.content or "", t.units) for t in turns if _units(t.content or "", t.units)
+    )
     lang = _language(rendered)
     state = _live_state(said, lang)
     shown = normalize(rendered)
@@ -196,15 +232,17 @@ def _notes_alone(live: Iterable[LiveTurn], left_out: set[int]) -> str:
     turns = sorted((t for t in live if t.role == "user" and t.content), key=lambda t: t.seq)
     if not left_out or not any(_carries(t) for t in turns if t.seq in left_out):
         return ""
-    said = tuple((t.seq, t.content or "") for t in turns if _turn_units(t.content or ""))
-    return _rendered_alone(said, frozenset(s for s, _ in said if s in left_out))
+    said = tuple(
+        (t.seq, t.content or "", t.units) for t in turns if _units(t.content or "", t.units)
+    )
+    return _rendered_alone(said, frozenset(s for s, _, _ in said if s in left_out))
 
 
 @lru_cache(maxsize=1024)
-def _rendered_alone(said: tuple[tuple[int, str], ...], left_out: frozenset[int]) -> str:
+def _rendered_alone(said: tuple[tuple[int, str, str | None], ...], left_out: frozenset[int]) -> str:
     """Memoised: a session's reads see the same turns, and leave the same ones out,
     until a new one."""
-    lang = detect_language(text for _, text in said)
+    lang = detect_language(text for _, text, _ in said)
     state = _live_state(said, lang)
 
     def alone(item: Constraint | HighStakes | Pending | Todo) -> bool:
@@ -229,14 +267,14 @@ def _rendered_alone(said: tuple[tuple[int, str], ...], left_out: frozenset[int])
 
 
 @lru_cache(maxsize=1024)
-def _live_state(said: tuple[tuple[int, str], ...], lang: str) -> TaskState:
-    """What the live user turns ``said`` ((seq, text), oldest first) state, merged as
+def _live_state(said: tuple[tuple[int, str, str | None], ...], lang: str) -> TaskState:
+    """What the live user turns ``said`` ((seq, text, record), oldest first) state, merged as
     the next compression merges it; a bare withdrawal retires the latest rule or step
     said before it. Memoised: a session's reads see the same turns until a new one."""
     units: list[Unit] = []
     latest: str | None = None
-    for seq, text in said:
-        for unit in _turn_units(text):
+    for seq, text, record in said:
+        for unit in _units(text, record):
             if isinstance(unit, RevocationUnit) and unit.target == _LATEST:
                 if latest is None:
                     continue  # it withdraws something the stored state holds
@@ -279,7 +317,7 @@ def withdraws(rendered: str, live: Iterable[LiveTurn]) -> bool:
         (t.seq, u)
         for t in live
         if t.role == "user" and t.content
-        for u in _turn_units(t.content)
+        for u in _units(t.content, t.units)
         if isinstance(u, (RevocationUnit, ConstraintUnit, TodoUnit))
     ]
     withdrawals = [(seq, u) for seq, u in said if isinstance(u, RevocationUnit)]
@@ -325,12 +363,17 @@ def withdrawn(
         return []
     said = tuple(
         sorted(
-            (t.seq, t.content)
-            for t in live
-            if t.role == "user" and t.content and t.seq > through and _turn_units(t.content)
+            (
+                (t.seq, t.content, t.units)
+                for t in live
+                if t.role == "user" and t.content and t.seq > through and _units(t.content, t.units)
+            ),
+            key=lambda s: s[0],
         )
     )
-    if not any(isinstance(u, RevocationUnit) for _, text in said for u in _turn_units(text)):
+    if not any(
+        isinstance(u, RevocationUnit) for _, text, record in said for u in _units(text, record)
+    ):
         return []
     pools = {pool: list(in_force.get(pool) or ()) for pool, _, _ in _IN_FORCE}
     return list(_withdrawn(_Items.of(pools, tuple(pools)), through, said))
@@ -338,14 +381,14 @@ def withdrawn(
 
 @lru_cache(maxsize=1024)
 def _withdrawn(
-    in_force: _Items, through: int, said: tuple[tuple[int, str], ...]
+    in_force: _Items, through: int, said: tuple[tuple[int, str, str | None], ...]
 ) -> tuple[Withdrawn, ...]:
     """Memoised: a session's reads see the same state and turns until either changes."""
     base = TaskState.model_validate({**in_force.items, "last_seq": through})
     ctx = Context.from_state(base, None)
     units: list[Unit] = []
-    for seq, text in said:
-        for unit in _turn_units(text):
+    for seq, text, record in said:
+        for unit in _units(text, record):
             unit = unit.model_copy(update={"source_seqs": [seq]})
             if isinstance(unit, RevocationUnit):
                 target = _target(ctx, unit.target)

@@ -85,7 +85,7 @@ async def _live_turns(
 ) -> list[LiveTurn]:
     """The live turns read for packing, and the live user turns older than that page
     (one more indexed read, only when the page was full)."""
-    turns = [LiveTurn(t["seq"], t["role"], t["content"]) for t in rows]
+    turns = [LiveTurn(t["seq"], t["role"], t["content"], t["units"]) for t in rows]
     if len(rows) >= FIRST_PAGE:  # read for packing, not all: older live turns may be left
         older = await read_live_user_turns(
             db,
@@ -94,7 +94,7 @@ async def _live_turns(
             before_seq=rows[-1]["seq"],
             limit=RECENT_FETCH_LIMIT,
         )
-        turns += [LiveTurn(t["seq"], "user", t["content"]) for t in older]
+        turns += [LiveTurn(t["seq"], "user", t["content"], t["units"]) for t in older]
     return turns
 
 

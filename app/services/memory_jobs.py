@@ -7,12 +7,14 @@ outside any transaction and writes through ``JobContext.commit``.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.compression.live_notes import units_record
 from app.compression.state import TaskState
 from app.compression.triggers import goal_drift, watches_drift
 from app.core.config import Settings
@@ -176,6 +178,9 @@ class IndexRun:
     closed_through: int
     newest_user: TurnView | None  # embedded too, for /context to reuse
     watch_drift: bool  # the goal is embedded too, to tell a drift from it
+    # What each new user turn states (row id, ``live_notes.units_record``): read once
+    # here rather than by every context read that finds the turn live.
+    units: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def texts(self) -> list[str]:
@@ -188,8 +193,14 @@ class IndexRun:
 
 
 def plan_index(
-    head: sessions.IndexHead, turns: list[TurnView], newest_pk: int, settings: Settings
+    head: sessions.IndexHead,
+    turns: list[TurnView],
+    newest_pk: int,
+    settings: Settings,
+    unread: Sequence[tuple[int, str]] = (),
 ) -> IndexRun:
+    """What to write for ``turns``; ``unread``: (row id, text) of the user turns among
+    them whose units are not stored yet."""
     rows, closed_through = index_rows(
         turns, session_external=head.external_id, closed_through=head.episode_seq
     )
@@ -213,6 +224,7 @@ def plan_index(
         closed_through=closed_through,
         newest_user=newest_user,
         watch_drift=watch_drift,
+        units=[(pk, units_record(said)) for pk, said in unread],
     )
 
 
@@ -240,11 +252,12 @@ async def index_session(ctx: JobContext, deps: MemoryDeps) -> None:
             head = await sessions.index_head(conn, session_pk=claimed.session_id)
             if head is None:
                 continue  # the session was deleted meanwhile
-            turns, newest_pk = await sessions.turns_after_marked(
+            turns, newest_pk, unread = await sessions.turns_after_marked(
                 conn, session_pk=head.id, after_seq=head.episode_seq
             )
             if turns and newest_pk is not None:
-                runs.append((claimed, plan_index(head, turns, newest_pk, deps.settings)))
+                run = plan_index(head, turns, newest_pk, deps.settings, unread)
+                runs.append((claimed, run))
     if not runs:
         return
     # A text said twice (in one session or two) is embedded once.
@@ -262,6 +275,7 @@ async def _apply_index(
     head, settings = run.head, deps.settings
     if not await sessions.index_read_current(conn, tenant=head.tenant_id, read=run.read):
         return
+    await sessions.set_turn_units(conn, session_pk=head.id, units=run.units)
     await repo.drop_open_episodes(conn, tenant=head.tenant_id, session_pk=head.id)
     await repo.insert_indexed(
         conn,

@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncpg
 
 # context_read: the session, its owner, its rendered state and its newest live
-# (uncompacted) turns as JSON, newest first. Compacted turns are represented by
-# the task state, never twice. ``OFFSET 0`` keeps ``has_memories`` a probe of the
-# user's rows: without it Postgres may answer the EXISTS by hashing every live memory
-# of every user, and a generic plan made while the table held a handful of rows did
-# so on each read once it held thousands (asyncpg prepares the statement once per
-# connection; the plan stays until an ANALYZE).
+# (uncompacted) turns as JSON, newest first, each with the units the worker stored
+# when it indexed it (JSON text; null: not indexed yet). Compacted turns are
+# represented by the task state, never twice. ``OFFSET 0`` keeps ``has_memories`` a
+# probe of the user's rows: without it Postgres may answer the EXISTS by hashing every
+# live memory of every user, and a generic plan made while the table held a handful of
+# rows did so on each read once it held thousands (asyncpg prepares the statement once
+# per connection; the plan stays until an ANALYZE).
 CONTEXT_READ = """
     SELECT s.id, s.user_id, u.external_id AS user_external, s.total_tokens, s.last_user_seq,
            EXISTS (SELECT 1 FROM memories m
@@ -39,7 +40,8 @@ CONTEXT_READ = """
              WHERE s.agent IS NOT NULL AND o.user_id = s.user_id
                AND o.agent IS NOT NULL AND o.agent <> s.agent) AS hidden,
            (SELECT coalesce(json_agg(t), '[]')
-              FROM (SELECT seq, role, content, tool_calls, tool_call_id, name, tokens
+              FROM (SELECT seq, role, content, tool_calls, tool_call_id, name, tokens,
+                           units::text AS units
                       FROM turns
                      WHERE session_id = s.id AND NOT compacted
                      ORDER BY seq DESC
@@ -60,9 +62,10 @@ async def read_context(
 
 
 # live_user_turns: a session's live user turns older than a seq, newest first: the
-# context read checks them for changes its task state does not show yet.
+# context read checks them for changes its task state does not show yet (with their
+# stored units, as above).
 LIVE_USER_TURNS = """
-    SELECT t.seq, t.content
+    SELECT t.seq, t.content, t.units::text AS units
       FROM turns t
       JOIN sessions s ON s.id = t.session_id
      WHERE s.tenant_id = $1 AND t.session_id = $2 AND NOT t.compacted AND t.seq < $3

@@ -434,10 +434,20 @@ INDEX_HEAD = text("""
     WHERE s.id = :sid
 """)
 
-# The turns not yet covered by a closed episode, oldest first.
+# The turns not yet covered by a closed episode, oldest first, and which of them are
+# user turns whose units are not stored yet.
 UNINDEXED_TURNS = text("""
-    SELECT id, seq, role, content, tool_calls, tool_call_id, name, metadata, created_at
+    SELECT id, seq, role, content, tool_calls, tool_call_id, name, metadata, created_at,
+           role = 'user' AND content IS NOT NULL AND units IS NULL AS unread
     FROM turns WHERE session_id = :sid AND seq > :after ORDER BY seq
+""")
+
+# set_turn_units: what each user turn states (JSON text by row id), stored once; a turn
+# popped since the read is gone, and one another run stored first keeps its record.
+SET_TURN_UNITS = text("""
+    UPDATE turns t SET units = CAST(u.units AS jsonb)
+      FROM unnest(CAST(:ids AS bigint[]), CAST(:units AS text[])) AS u(id, units)
+     WHERE t.session_id = :sid AND t.id = u.id AND t.units IS NULL
 """)
 
 SET_SESSION_INDEX = text("""
@@ -496,12 +506,25 @@ async def index_head(conn: AsyncConnection, *, session_pk: int | None) -> IndexH
 
 async def turns_after_marked(
     conn: AsyncConnection, *, session_pk: int, after_seq: int
-) -> tuple[list[TurnView], int | None]:
+) -> tuple[list[TurnView], int | None, list[tuple[int, str]]]:
     """The turns after ``after_seq``, oldest first, and, read in the same statement, the
     row id of the newest: the indexer checks it with ``index_read_current`` before it
-    commits what it derived from them (a pop may have removed them meanwhile)."""
+    commits what it derived from them (a pop may have removed them meanwhile). Third,
+    the user turns among them whose units are not stored yet: (row id, text)."""
     rows = (await conn.execute(UNINDEXED_TURNS, {"sid": session_pk, "after": after_seq})).all()
-    return [turn_view(r) for r in rows], (rows[-1].id if rows else None)
+    unread = [(r.id, r.content) for r in rows if r.unread]
+    return [turn_view(r) for r in rows], (rows[-1].id if rows else None), unread
+
+
+async def set_turn_units(
+    conn: AsyncConnection, *, session_pk: int, units: Sequence[tuple[int, str]]
+) -> None:
+    """Store what each user turn states, (row id, JSON text), where none is stored yet."""
+    if units:
+        await conn.execute(
+            SET_TURN_UNITS,
+            {"sid": session_pk, "ids": [i for i, _ in units], "units": [u for _, u in units]},
+        )
 
 
 async def set_index_marks(

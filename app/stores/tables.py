@@ -156,6 +156,10 @@ turns = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=NOW),
     Column("compacted", Boolean, nullable=False, server_default="false"),
     Column("event_id", BigInteger),
+    # What a user turn states that the context read adds while the turn is live (the
+    # kept units of ``live_notes.turn_units``), stored once by the worker when it
+    # indexes the turn; NULL: not read yet (the read then reads the text itself).
+    Column("units", JSONB),
     CheckConstraint("role IN ('system', 'user', 'assistant', 'tool')", name="turns_role_check"),
     UniqueConstraint("session_id", "seq", name="turns_session_seq_key"),
     UniqueConstraint("session_id", "external_id", name="turns_session_external_key"),

@@ -1,0 +1,145 @@
+"""What a live user turn states is read once, by the worker when it indexes the turn,
+and stored with it (``turns.units``); the context read goes by that record and reads
+the text itself only for a turn not indexed yet: ingest → compact → more turns →
+index → /context, against real Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.compression.live_notes import turn_units
+from app.compression.state import ConstraintUnit, dump_units
+from tests.integration.test_change_notice import with_worker
+from tests.integration.test_context_live_changes import (
+    REPORT,
+    _compacted_then,
+    _live_contents,
+    _msg,
+    _state_of,
+)
+
+RULE = "Never restart the primary during the migration."
+PLAIN = "Thanks for the update."
+
+
+def _later(first: str) -> list[dict[str, Any]]:
+    """``first`` as a user turn that long replies push out of a 700-token context."""
+    return [
+        _msg("u5", "user", first),
+        _msg("a5", "assistant", "Understood."),
+        *[_msg(f"r{i}", "assistant", REPORT) for i in range(4)],
+        _msg("u6", "user", "Thanks, what is next?"),
+    ]
+
+
+@pytest.fixture
+async def indexed(db_url: str, engine: AsyncEngine) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its worker (hash embedder: the index job runs at once)."""
+    async for c in with_worker(db_url, engine):
+        yield c
+
+
+@pytest.fixture
+async def unindexed(db_url: str, engine: AsyncEngine) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its worker, whose index jobs wait an hour: no turn is indexed."""
+    async for c in with_worker(db_url, engine, index_delay_s=3600):
+        yield c
+
+
+async def _indexed(engine: AsyncEngine, timeout_s: float = 60) -> None:
+    """Wait until no job is queued or running."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        async with engine.connect() as conn:
+            busy = (
+                await conn.execute(
+                    text("SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')")
+                )
+            ).scalar_one()
+        if not busy:
+            return
+        assert loop.time() < deadline, "jobs did not finish"
+        await asyncio.sleep(0.05)
+
+
+async def _units(engine: AsyncEngine) -> dict[str, Any]:
+    """The stored units of session s's turns, by message id (None: not stored)."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT t.external_id, t.units FROM turns t JOIN sessions s"
+                " ON s.id = t.session_id WHERE s.external_id = 's'"
+            )
+        )
+        return {r.external_id: r.units for r in rows}
+
+
+async def _store(engine: AsyncEngine, message_id: str, record: list[dict[str, Any]]) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE turns SET units = CAST(:r AS jsonb) WHERE external_id = :id"),
+            {"r": record, "id": message_id},
+        )
+
+
+async def _state_at(client: httpx.AsyncClient, left_out: str) -> list[str]:
+    """The state's lines of a 700-token context, which leaves the turn ``left_out`` out."""
+    ctx = (await client.get("/v1/sessions/s/context", params={"max_tokens": 700})).json()
+    assert ctx["tokens"] <= 700
+    assert left_out not in _live_contents(ctx)
+    return _state_of(ctx).split("\n")
+
+
+async def test_the_worker_stores_what_each_user_turn_states(
+    indexed: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    await _compacted_then(indexed, [*_later(RULE), _msg("u7", "user", PLAIN)])
+    await _indexed(engine)
+    units = await _units(engine)
+    assert [(u["kind"], u["text"]) for u in units["u5"]] == [("constraint", RULE)]
+    assert units["u7"] == []  # read, and states nothing
+    assert units["a5"] is None and units["r0"] is None  # only user turns are read
+    # The read renders the rule from the record, as before from the text.
+    assert f"- {RULE}" in await _state_at(indexed, RULE)
+    # A record that no longer loads (a unit's model changed since) is read again.
+    await _store(engine, "u5", [{"kind": "constraint"}])
+    assert f"- {RULE}" in await _state_at(indexed, RULE)
+
+
+async def test_the_read_goes_by_the_stored_units(
+    indexed: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    await _compacted_then(indexed, _later(PLAIN))
+    await _indexed(engine)
+    assert (await _units(engine))["u5"] == []
+    # A record the rules would not make from this text now (an older version's, say)
+    # is what the read adds: it does not read the turn again.
+    stored = "Page the on-call engineer before any failover."
+    assert turn_units(PLAIN) == ()
+    record = dump_units([ConstraintUnit(text=stored, source_seqs=[0])])
+    await _store(engine, "u5", record)
+    assert f"- {stored}" in await _state_at(indexed, PLAIN)
+    # And a turn recorded as stating nothing adds nothing, whatever its text says.
+    await _store(engine, "u6", [])  # so that no other turn carries anything
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE turns SET content = :rule, units = '[]' WHERE external_id = 'u5'"),
+            {"rule": RULE},
+        )
+    assert not any(RULE in line for line in await _state_at(indexed, RULE))
+
+
+async def test_a_turn_not_indexed_yet_is_read_from_its_text(
+    unindexed: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    await _compacted_then(unindexed, _later(RULE))
+    assert (await _units(engine))["u5"] is None
+    assert f"- {RULE}" in await _state_at(unindexed, RULE)
