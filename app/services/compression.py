@@ -22,6 +22,7 @@ from app.compression.diff import diff_summary
 from app.compression.extract.base import Extractor
 from app.compression.extract.fallback import ExtractionResult, extract_with_fallback
 from app.compression.extract.isolated import ExtractionDeadline
+from app.compression.live_notes import units_record
 from app.compression.merge import merge, state_texts, unit_texts
 from app.compression.notice import notice_line
 from app.compression.render import detect_language, render_tiers
@@ -41,7 +42,7 @@ from app.services import tasks as task_service
 from app.services.jobs import JobContext, job
 from app.stores import compression as repo
 from app.stores import misses as misses_store
-from app.stores import queue
+from app.stores import queue, sessions
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +233,16 @@ async def compress(ctx: JobContext, deps: CompressionDeps) -> None:
         llm_completion_tokens=usage.completion_tokens if usage.calls else None,
     )
 
+    # From now on the context read adds what the turns left live state when the packer
+    # leaves them out: it reads their units, stored here once (or when indexed), outside
+    # the compression's own duration.
+    taken_seqs = {v.seq for v in chosen.turns}
+    live_units = [
+        (pk, units_record(view.content or ""))
+        for pk, _, _, view in snap.live
+        if pk in snap.unread and view.seq not in taken_seqs
+    ]
+
     async def apply(conn: AsyncConnection) -> repo.Applied:
         applied = await repo.apply_compression(
             conn,
@@ -243,6 +254,7 @@ async def compress(ctx: JobContext, deps: CompressionDeps) -> None:
             record=record,
             notice=notice_line(change_summary, language),
         )
+        await sessions.set_turn_units(conn, session_pk=snap.session_pk, units=live_units)
         await task_service.contribute_in(
             conn,
             session_pk=snap.session_pk,

@@ -28,6 +28,8 @@ class Snapshot:
     state: TaskState
     compressions: int
     live: list[tuple[int, str, int, TurnView]]  # (turn pk, external id, tokens, view)
+    # The live user turns whose units are not stored yet (``turns.units``), by pk.
+    unread: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -48,10 +50,12 @@ SNAPSHOT_HEAD = text("""
     WHERE s.id = :sid
 """)
 
-# live_turns: every turn not yet compacted, oldest first.
+# live_turns: every turn not yet compacted, oldest first (and which are user turns whose
+# units are not stored yet).
 LIVE_TURNS = text("""
     SELECT id, external_id, seq, role, content, tool_calls, tool_call_id, name, tokens,
-           emphasized, metadata, created_at
+           emphasized, metadata, created_at,
+           role = 'user' AND content IS NOT NULL AND units IS NULL AS unread
     FROM turns WHERE session_id = :sid AND NOT compacted ORDER BY seq
 """)
 
@@ -98,15 +102,8 @@ async def snapshot(conn: AsyncConnection, *, session_pk: int) -> Snapshot | None
     if head is None:
         return None
     raw_state = head.state if head.state is not None else {}
-    live = [
-        (
-            r.id,
-            r.external_id,
-            r.tokens,
-            turn_view(r),
-        )
-        for r in await conn.execute(LIVE_TURNS, {"sid": session_pk})
-    ]
+    rows = (await conn.execute(LIVE_TURNS, {"sid": session_pk})).all()
+    live = [(r.id, r.external_id, r.tokens, turn_view(r)) for r in rows]
     return Snapshot(
         session_pk=head.id,
         tenant_id=head.tenant_id,
@@ -115,6 +112,7 @@ async def snapshot(conn: AsyncConnection, *, session_pk: int) -> Snapshot | None
         state=TaskState.model_validate(raw_state or {}),
         compressions=head.compressions,
         live=live,
+        unread=frozenset(r.id for r in rows if r.unread),
     )
 
 

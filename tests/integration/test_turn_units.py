@@ -16,8 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.compression.live_notes import turn_units
 from app.compression.state import ConstraintUnit, dump_units
+from tests.conftest import post_turns
 from tests.integration.test_change_notice import with_worker
 from tests.integration.test_context_live_changes import (
+    OPENING,
     REPORT,
     _compacted_then,
     _live_contents,
@@ -53,6 +55,13 @@ async def unindexed(db_url: str, engine: AsyncEngine) -> AsyncIterator[httpx.Asy
         yield c
 
 
+@pytest.fixture
+async def no_memory(db_url: str, engine: AsyncEngine) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its worker and no long-term memory: no turn is ever indexed."""
+    async for c in with_worker(db_url, engine, embedder="none"):
+        yield c
+
+
 async def _indexed(engine: AsyncEngine, timeout_s: float = 60) -> None:
     """Wait until no job is queued or running."""
     loop = asyncio.get_running_loop()
@@ -70,16 +79,17 @@ async def _indexed(engine: AsyncEngine, timeout_s: float = 60) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _units(engine: AsyncEngine) -> dict[str, Any]:
-    """The stored units of session s's turns, by message id (None: not stored)."""
+async def _units(engine: AsyncEngine, *, compacted: bool | None = None) -> dict[str, Any]:
+    """The stored units of session s's turns (or only its compacted or live ones), by
+    message id (None: not stored)."""
     async with engine.connect() as conn:
         rows = await conn.execute(
             text(
-                "SELECT t.external_id, t.units FROM turns t JOIN sessions s"
+                "SELECT t.external_id, t.units, t.compacted FROM turns t JOIN sessions s"
                 " ON s.id = t.session_id WHERE s.external_id = 's'"
             )
         )
-        return {r.external_id: r.units for r in rows}
+        return {r.external_id: r.units for r in rows if compacted in (None, r.compacted)}
 
 
 async def _store(engine: AsyncEngine, message_id: str, record: list[dict[str, Any]]) -> None:
@@ -143,3 +153,23 @@ async def test_a_turn_not_indexed_yet_is_read_from_its_text(
     await _compacted_then(unindexed, _later(RULE))
     assert (await _units(engine))["u5"] is None
     assert f"- {RULE}" in await _state_at(unindexed, RULE)
+
+
+async def test_a_compression_stores_what_the_turns_it_leaves_live_state(
+    no_memory: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    turns = [
+        *OPENING,
+        _msg("u5", "user", RULE),
+        _msg("a5", "assistant", "OK."),
+        _msg("u6", "user", PLAIN),
+    ]
+    assert (await post_turns(no_memory, "s", turns)).status_code == 201
+    r = await no_memory.post("/v1/sessions/s/compact", params={"wait": "true"})
+    assert r.json()["status"] == "compressed"
+    live = await _units(engine, compacted=False)
+    assert [(u["kind"], u["text"]) for u in live["u5"]] == [("constraint", RULE)]
+    assert live["u6"] == [] and live["a5"] is None
+    # What the compression took is in the state: nothing is stored for it.
+    taken = await _units(engine, compacted=True)
+    assert taken and all(u is None for u in taken.values())
