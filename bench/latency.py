@@ -403,13 +403,14 @@ async def measure(service: Service, args: argparse.Namespace) -> dict[str, Any]:
         # The same reads once the worker owes nothing: every turn indexed (and what it
         # stores with a turn, such as the units the context read adds, is there), more
         # memories promoted. A service whose worker keeps up reads like this.
-        print(f"{args.requests} × /healthz and contexts again, the worker idle…", file=sys.stderr)
-        phases["healthz_caught_up"] = await run_phase(
-            "healthz_caught_up", service, clients, args.requests, get_healthz
-        )
-        phases["context_caught_up"] = await run_phase(
-            "context_caught_up", service, clients, args.requests, get_context, contexts=True
-        )
+        if backlog["drained_s"] is not None:
+            print(f"{args.requests} × /healthz and contexts, the worker idle…", file=sys.stderr)
+            phases["healthz_caught_up"] = await run_phase(
+                "healthz_caught_up", service, clients, args.requests, get_healthz
+            )
+            phases["context_caught_up"] = await run_phase(
+                "context_caught_up", service, clients, args.requests, get_context, contexts=True
+            )
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
     return {
