@@ -25,19 +25,22 @@ turns state is rendered alone, as the compressor renders a state (``with_notes``
 
 Pure: no I/O. What a user turn says is read once: the worker stores it with the turn
 when it indexes it (``units_record``), the context read hands it in (``LiveTurn.units``);
-a turn not indexed yet is read here, once per process (memoised by its text).
+a turn not indexed yet, or whose record other rules wrote (``RULES_STAMP``: read from
+the source once, at import), is read here, once per process (memoised by its text).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from app.compression.extract.base import MOVED_ON
 from app.compression.extract.context import Context
@@ -132,28 +135,47 @@ def _as_turn(text: str) -> TurnView:
     return TurnView(seq=0, role="user", content=text)
 
 
+def _rules_stamp() -> str:
+    """What identifies the rules that read a turn: a digest of the extractor's source
+    and of this module's (the kinds kept, the placeholder). A record stamped by other
+    rules (an upgrade changed them) is read again from the text, never trusted."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(extract_units.__code__.co_filename).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+RULES_STAMP = _rules_stamp()
+
+
+def record_of(units: Sequence[Unit]) -> str:
+    """``units`` as the JSON text stored with the turn, stamped with the rules that read it."""
+    return json.dumps({"rules": RULES_STAMP, "units": dump_units(list(units))}, ensure_ascii=False)
+
+
 def units_record(text: str) -> str:
-    """``turn_units(text)`` as the JSON text stored with the turn ("[]": it states none)."""
-    return json.dumps(dump_units(list(turn_units(text))), ensure_ascii=False)
+    """``turn_units(text)`` as stored with the turn (``record_of``; no units: it states none)."""
+    return record_of(turn_units(text))
 
 
-_NONE = "[]"
-_RECORD: TypeAdapter[list[Unit]] = TypeAdapter(list[Unit])
+class _Record(BaseModel):
+    rules: str
+    units: list[Unit]
 
 
 @lru_cache(maxsize=4096)
 def _recorded(record: str) -> tuple[Unit, ...] | None:
     try:
-        return tuple(_RECORD.validate_json(record))
+        stored = _Record.model_validate_json(record)
     except ValidationError:
         return None  # stored by a version whose units no longer load
+    return tuple(stored.units) if stored.rules == RULES_STAMP else None
 
 
 def _units(text: str, record: str | None) -> tuple[Unit, ...]:
     """What a user turn states: its stored record, or, not indexed yet (or its record
-    does not load), its reading."""
-    if record == _NONE:
-        return ()
+    does not load, or other rules wrote it), its reading."""
     recorded = None if record is None else _recorded(record)
     return turn_units(text) if recorded is None else recorded
 

@@ -6,6 +6,7 @@ index → /context, against real Postgres."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.compression.live_notes import turn_units
+from app.compression.live_notes import RULES_STAMP, record_of, turn_units
 from app.compression.state import ConstraintUnit, dump_units
 from tests.conftest import post_turns
 from tests.integration.test_change_notice import with_worker
@@ -89,14 +90,19 @@ async def _units(engine: AsyncEngine, *, compacted: bool | None = None) -> dict[
                 " ON s.id = t.session_id WHERE s.external_id = 's'"
             )
         )
-        return {r.external_id: r.units for r in rows if compacted in (None, r.compacted)}
+        out = {r.external_id: r.units for r in rows if compacted in (None, r.compacted)}
+    # Every record is stamped with the rules that read it.
+    assert all(r["rules"] == RULES_STAMP for r in out.values() if r is not None)
+    return {k: None if r is None else r["units"] for k, r in out.items()}
 
 
-async def _store(engine: AsyncEngine, message_id: str, record: list[dict[str, Any]]) -> None:
+async def _store(
+    engine: AsyncEngine, message_id: str, units: list[dict[str, Any]], *, rules: str = RULES_STAMP
+) -> None:
     async with engine.begin() as conn:
         await conn.execute(
             text("UPDATE turns SET units = CAST(:r AS jsonb) WHERE external_id = :id"),
-            {"r": record, "id": message_id},
+            {"r": {"rules": rules, "units": units}, "id": message_id},
         )
 
 
@@ -122,6 +128,10 @@ async def test_the_worker_stores_what_each_user_turn_states(
     # A record that no longer loads (a unit's model changed since) is read again.
     await _store(engine, "u5", [{"kind": "constraint"}])
     assert f"- {RULE}" in await _state_at(indexed, RULE)
+    # So is a record other rules wrote (an upgrade changed them), even one that says
+    # the turn states nothing.
+    await _store(engine, "u5", [], rules="older-rules")
+    assert f"- {RULE}" in await _state_at(indexed, RULE)
 
 
 async def test_the_read_goes_by_the_stored_units(
@@ -141,8 +151,11 @@ async def test_the_read_goes_by_the_stored_units(
     await _store(engine, "u6", [])  # so that no other turn carries anything
     async with engine.begin() as conn:
         await conn.execute(
-            text("UPDATE turns SET content = :rule, units = '[]' WHERE external_id = 'u5'"),
-            {"rule": RULE},
+            text(
+                "UPDATE turns SET content = :rule, units = CAST(:r AS jsonb)"
+                " WHERE external_id = 'u5'"
+            ),
+            {"rule": RULE, "r": json.loads(record_of([]))},
         )
     assert not any(RULE in line for line in await _state_at(indexed, RULE))
 

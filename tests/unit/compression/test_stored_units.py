@@ -10,7 +10,14 @@ from itertools import product
 import pytest
 
 from app.compression.live import LiveTurn
-from app.compression.live_notes import add_notes, any_carrier, notes_for, turn_units, units_record
+from app.compression.live_notes import (
+    RULES_STAMP,
+    add_notes,
+    any_carrier,
+    notes_for,
+    turn_units,
+    units_record,
+)
 from app.compression.render import render
 from app.core.turns import TurnView
 from tests.unit.compression.helpers import assistant, user
@@ -65,6 +72,6 @@ def test_every_mix_of_stored_and_unread_turns_gives_the_same_state(
 def test_a_record_is_the_text_s_units_and_empty_when_it_states_none() -> None:
     for t in LATER:
         record = units_record(t.content or "")
-        assert len(json.loads(record)) == len(turn_units(t.content or ""))
-    assert units_record("Thanks.") == "[]"
+        assert len(json.loads(record)["units"]) == len(turn_units(t.content or ""))
+    assert json.loads(units_record("Thanks.")) == {"rules": RULES_STAMP, "units": []}
     assert not any_carrier(_live([user(1, "Thanks."), user(2, "OK.")], (True, True)))
