@@ -234,6 +234,9 @@ async def test_a_failing_job_fails_alone_and_the_rest_of_its_batch_is_indexed(
     for name in names:
         await talk(engine, name)
     embedder = Recording(refuse="poison")
+    # A backoff longer than the drain: with the suite's 0.05 s, a loaded machine let the
+    # poison job fall due again before the drain ended and fail a third time.
+    settings = settings.model_copy(update={"job_backoff_base_s": 600.0})
     worker = index_worker(engine, settings, embedder)
 
     await worker.run_once()  # the batch fails as a whole: nothing half-written
