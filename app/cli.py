@@ -6,12 +6,15 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.core.config import Settings
@@ -20,6 +23,8 @@ from app.core.logs import configure as configure_logging
 if TYPE_CHECKING:
     from fastapi import FastAPI
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+    from app.core.metrics import Metrics
 
 
 def resolve_database_url(settings: Settings) -> str:
@@ -174,17 +179,13 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
 
     os.environ["MNEMO_DATABASE_URL"] = url
     worker = None
+    published = None
     if settings.embedded_worker:
         # The worker's counters (compressions, jobs, …) reach the API's /metrics through
-        # a metrics server of its own, on loopback unless one was configured.
-        if settings.worker_metrics_port is None:
-            os.environ["MNEMO_WORKER_METRICS_PORT"] = str(_free_loopback_port())
-            os.environ["MNEMO_WORKER_METRICS_HOST"] = "127.0.0.1"
-        port = os.environ.get("MNEMO_WORKER_METRICS_PORT", settings.worker_metrics_port)
-        os.environ["MNEMO_WORKER_METRICS_URL"] = f"http://127.0.0.1:{port}/metrics"
-        settings = settings.model_copy(
-            update={"worker_metrics_url": os.environ["MNEMO_WORKER_METRICS_URL"]}
-        )
+        # a file it publishes them to: a scrape reads it, without asking the worker.
+        published = Path(tempfile.mkdtemp(prefix="mnemo-metrics-")) / "worker.json"
+        os.environ["MNEMO_WORKER_METRICS_FILE"] = str(published)
+        settings = settings.model_copy(update={"worker_metrics_file": published})
         command = [sys.executable, "-m", "app.cli", "worker", "--supervised-by", str(os.getpid())]
         if not settings.async_database_url:
             command.append("--embedded-database")  # started by this process, on this host
@@ -210,6 +211,8 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
     finally:
         if worker is not None:
             worker.stop()
+        if published is not None:
+            shutil.rmtree(published.parent, ignore_errors=True)
     return 0
 
 
@@ -237,12 +240,6 @@ def own_listener(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
-
-
-def _free_loopback_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class KeptAlive:
@@ -320,6 +317,14 @@ def api_from_environment() -> FastAPI:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    from app.core.priority import lower_process
+
+    # Given by the supervisor, not read here: it may be gone before this line runs.
+    parent = args.supervised_by
+    if parent is not None:
+        # The API beside it is served first, from the start (imports, the model's load):
+        # every thread, and the ones started later inherit it (the model's BLAS pool).
+        lower_process(settings.worker_nice, idle=settings.worker_idle)
     import httpx
     from prometheus_client import start_http_server
 
@@ -373,6 +378,11 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         orphaned = None
         if parent is not None:
             orphaned = asyncio.create_task(_stop_when_orphaned(parent, stop))
+        publishing = None
+        if settings.worker_metrics_file is not None:
+            publishing = asyncio.create_task(
+                _publish_metrics(metrics, settings.worker_metrics_file, stop)
+            )
         try:
             if args.once:
                 await worker.drain(stop)
@@ -381,15 +391,31 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         finally:
             if orphaned is not None:
                 orphaned.cancel()
+            if publishing is not None:
+                stop.set()
+                await publishing  # once more, with the last jobs' counters
             await http.aclose()
             await engine.dispose()
 
-    # Given by the supervisor, not read here: it may be gone before this line runs.
-    parent = args.supervised_by
-    if parent is not None:
-        os.nice(settings.worker_nice)  # the API beside it is served first
     asyncio.run(run())
     return 0
+
+
+async def _publish_metrics(metrics: Metrics, path: Path, stop: asyncio.Event) -> None:
+    """Publish the worker's counters to ``path`` every ``PUBLISH_EVERY_S`` when they
+    changed, and once more when ``stop`` is set (``core.metrics.publish``)."""
+    from app.core.metrics import PUBLISH_EVERY_S, publish
+
+    last = None
+    while True:
+        try:
+            last = publish(metrics, path, last=last)
+        except OSError as exc:  # the supervisor's folder is gone: it is stopping us
+            print(f"mnemo worker: counters not published ({exc})", file=sys.stderr)
+        if stop.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), PUBLISH_EVERY_S)
 
 
 async def _stop_when_orphaned(parent: int, stop: asyncio.Event, every_s: float = 0.5) -> None:

@@ -59,6 +59,11 @@ class Settings(BaseSettings):
         description="The niceness of that child process: on a busy machine the API is served"
         " first, and the jobs take the CPU it leaves (0: equal footing).",
     )
+    worker_idle: bool = Field(
+        default=True,
+        description="That child process, every thread of it, runs at Linux's SCHED_IDLE"
+        " priority: only on CPU time no other process wants (false: its niceness alone).",
+    )
 
     # Context assembly
     context_max_tokens: int = Field(default=2500, ge=64, le=1_000_000)
@@ -117,7 +122,13 @@ class Settings(BaseSettings):
     worker_metrics_url: str | None = Field(
         default=None,
         description="The API's /metrics adds the job worker's counters read from this URL"
-        " (`mnemo serve` sets it for the worker it starts).",
+        " at each scrape (when no worker_metrics_file is set).",
+    )
+    worker_metrics_file: Path | None = Field(
+        default=None,
+        description="The job worker publishes its counters to this file (twice a second,"
+        " when they changed) and the API's /metrics adds them: `mnemo serve` sets it for the"
+        " worker it starts (a scrape neither parses text nor asks the worker).",
     )
     worker_concurrency: int = Field(default=2, ge=1, le=64)
     # The rule extractor runs in a child process; past this it is killed and the

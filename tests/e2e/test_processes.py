@@ -317,9 +317,15 @@ def test_serve_runs_its_job_worker_in_a_child_process(data_dir: Path) -> None:
         ]
         with httpx.Client(base_url=server.url, timeout=30) as c:
             _compress_one_session(c)
-            # /metrics has the worker's counters beside the API process's own.
-            metrics = c.get("/metrics").text
-            assert re.search(r"^mnemo_compressions_total\{.*\} [1-9]", metrics, re.M), metrics
+            # Every thread of the worker and of its extraction process (the embedding
+            # model's BLAS threads included, started at import) runs at the lowest CPU
+            # priority; the API's threads do not.
+            for pid in [workers[0], *_descendants(workers[0])]:
+                assert _priorities(pid) == {(os.SCHED_IDLE, 10)}, _cmdline(pid)
+            assert _priorities(server.process.pid) == {(os.SCHED_OTHER, 0)}
+            # /metrics has the worker's counters beside the API process's own: what the
+            # worker published (twice a second), so they come shortly after the job.
+            metrics = _metrics_once(c, r"^mnemo_compressions_total\{.*\} [1-9]")
             assert re.search(r"^mnemo_jobs_total\{.*\} [1-9]", metrics, re.M)
             assert re.search(r"^mnemo_turns_ingested_total [1-9]", metrics, re.M)
         # The worker's Postgres backends are niced like the worker; the API's are not.
@@ -414,6 +420,27 @@ def _compress_one_session(c: httpx.Client) -> None:
             break
         time.sleep(0.3)
     assert session["compressions"] >= 1, session
+
+
+def _metrics_once(c: httpx.Client, pattern: str, wait_s: float = 10.0) -> str:
+    """/metrics once a line matches ``pattern`` (at most ``wait_s``)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        metrics = c.get("/metrics").text
+        if re.search(pattern, metrics, re.M) or time.monotonic() > deadline:
+            assert re.search(pattern, metrics, re.M), metrics
+            return metrics
+        time.sleep(0.1)
+
+
+def _priorities(pid: int) -> set[tuple[int, int]]:
+    """(scheduling policy, niceness) of each thread of ``pid``."""
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            tid = int(task.name)
+            found.add((os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)))
+    return found
 
 
 async def _backend_niceness(data_dir: Path) -> dict[str, set[int]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.core.metrics import Metrics, merge_expositions
+from app.core.metrics import Metrics, families_of, merge_expositions, merge_families, snapshot
 
 
 def _samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -56,3 +56,22 @@ def test_one_exposition_comes_back_unchanged() -> None:
     api.context_tokens.observe(700)
     text = generate_latest(api.registry)
     assert _samples(merge_expositions([text.decode()])) == _samples(text)
+
+
+def test_published_families_merge_like_the_text_they_replace() -> None:
+    """What a job worker publishes (``snapshot``), merged with the API's registry, gives
+    the samples that parsing both text expositions gave."""
+    api, worker = Metrics(), Metrics()
+    api.misses.labels("explicit", "restored").inc(2)
+    api.http_latency.labels("GET", "/healthz", "200").observe(0.004)
+    api.queue_depth.labels("queued").set(7)
+    worker.misses.labels("explicit", "restored").inc(1)
+    worker.compressions.labels("rules", "milestone").inc(4)
+    worker.compression_duration.labels("rules").observe(0.03)
+    worker.queue_depth.labels("queued").set(0)
+    text = merge_expositions(
+        [generate_latest(api.registry).decode(), generate_latest(worker.registry).decode()]
+    )
+    published = merge_families([api.registry.collect(), families_of(snapshot(worker))])
+    assert _samples(published) == _samples(text)
+    assert published.decode().count("# HELP mnemo_misses_total") == 1

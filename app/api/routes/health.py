@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import Metric
 from sqlalchemy.exc import DBAPIError
 
 from app.api.deps import EngineDep
-from app.core.metrics import Metrics, merge_expositions, set_queue_gauges
+from app.core.metrics import (
+    Metrics,
+    families_of,
+    merge_expositions,
+    merge_families,
+    set_queue_gauges,
+)
 from app.stores import queue
 from app.stores.migrate import schema_version
 
@@ -55,7 +63,8 @@ def _not_ready(detail: str) -> JSONResponse:
 
 @router.get("/metrics", response_class=Response)
 async def metrics(request: Request, engine: EngineDep) -> Response:
-    """Prometheus text format. Queue gauges are read from the database at scrape time."""
+    """Prometheus text format. Queue gauges are read from the database at scrape time;
+    the job worker's counters from what it published (or its own /metrics)."""
     registry: Metrics = request.app.state.metrics
     try:
         async with engine.connect() as conn:
@@ -63,13 +72,29 @@ async def metrics(request: Request, engine: EngineDep) -> Response:
         set_queue_gauges(registry, [(s.status, s.n, s.age_s) for s in stats])
     except (OSError, DBAPIError) as exc:  # the process metrics are still worth serving
         log.warning("queue gauges not refreshed: %s", exc)
-    body = generate_latest(registry.registry)
-    url = request.app.state.settings.worker_metrics_url
-    if url:  # `mnemo serve`'s job worker, a process of its own: its counters too
+    settings = request.app.state.settings
+    if settings.worker_metrics_file is not None:  # `mnemo serve`'s job worker publishes
+        body = merge_families(
+            [registry.registry.collect(), _published(settings.worker_metrics_file)]
+        )
+    elif settings.worker_metrics_url:  # a worker's own /metrics, asked at each scrape
+        body = generate_latest(registry.registry)
         try:
-            worker = await request.app.state.http.get(url, timeout=WORKER_METRICS_TIMEOUT_S)
+            worker = await request.app.state.http.get(
+                settings.worker_metrics_url, timeout=WORKER_METRICS_TIMEOUT_S
+            )
             worker.raise_for_status()
             body = merge_expositions([body.decode(), worker.text])
         except httpx.HTTPError as exc:
             log.warning("the job worker's metrics are missing: %s", exc)
+    else:
+        body = generate_latest(registry.registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+def _published(path: Path) -> list[Metric]:
+    """The job worker's published families; none before it first published."""
+    try:
+        return families_of(path.read_text())
+    except FileNotFoundError:
+        return []
