@@ -63,8 +63,7 @@ def _not_ready(detail: str) -> JSONResponse:
 
 @router.get("/metrics", response_class=Response)
 async def metrics(request: Request, engine: EngineDep) -> Response:
-    """Prometheus text format. Queue gauges are read from the database at scrape time;
-    the job worker's counters from what it published (or its own /metrics)."""
+    """Prometheus text format. Queue gauges are read from the database at scrape time."""
     registry: Metrics = request.app.state.metrics
     try:
         async with engine.connect() as conn:
@@ -73,7 +72,8 @@ async def metrics(request: Request, engine: EngineDep) -> Response:
     except (OSError, DBAPIError) as exc:  # the process metrics are still worth serving
         log.warning("queue gauges not refreshed: %s", exc)
     settings = request.app.state.settings
-    if settings.worker_metrics_file is not None:  # `mnemo serve`'s job worker publishes
+    # The job worker's counters: what it published (`mnemo serve`), or its own /metrics.
+    if settings.worker_metrics_file is not None:
         body = merge_families(
             [registry.registry.collect(), _published(settings.worker_metrics_file)]
         )
