@@ -179,11 +179,17 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
 
     os.environ["MNEMO_DATABASE_URL"] = url
     worker = None
-    published = None
+    published = temporary = None
     if settings.embedded_worker:
         # The worker's counters (compressions, jobs, …) reach the API's /metrics through
-        # a file it publishes them to: a scrape reads it, without asking the worker.
-        published = Path(tempfile.mkdtemp(prefix="mnemo-metrics-")) / "worker.json"
+        # a file it publishes them to: a scrape reads it, without asking the worker. In
+        # the data folder with the embedded database (what a SIGKILL leaves is replaced
+        # at the next start), else in a temporary folder.
+        if settings.async_database_url:
+            temporary = Path(tempfile.mkdtemp(prefix="mnemo-metrics-"))
+            published = temporary / "worker.json"
+        else:
+            published = settings.data_dir.resolve() / "worker-metrics.json"
         os.environ["MNEMO_WORKER_METRICS_FILE"] = str(published)
         settings = settings.model_copy(update={"worker_metrics_file": published})
         command = [sys.executable, "-m", "app.cli", "worker", "--supervised-by", str(os.getpid())]
@@ -211,8 +217,10 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
     finally:
         if worker is not None:
             worker.stop()
-        if published is not None:
-            shutil.rmtree(published.parent, ignore_errors=True)
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+        elif published is not None:
+            published.unlink(missing_ok=True)
     return 0
 
 
