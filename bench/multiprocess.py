@@ -222,6 +222,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for n in (1, 2)
             }
             print(f"{phase}: req/s with 2 processes ÷ 1: {mean[2] / mean[1]:.2f}")
+        # What the box could carry at these CPU costs if every core were ours and busy:
+        # cores ÷ the CPU a read costs everything on the box (API, Postgres, generator).
+        cores = os.cpu_count() or 1
+        for n in (1, 2):
+            costs = [
+                sum(r["closed"]["cpu_ms_per_read"].values()) for r in runs if r["workers"] == n
+            ]
+            per_read = sum(costs) / len(costs)
+            print(
+                f"--workers {n}: {per_read:.2f} ms of CPU a read on the box:"
+                f" at most {1000 * cores / per_read:.0f} reads/s on {cores} cores"
+            )
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
