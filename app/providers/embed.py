@@ -59,6 +59,18 @@ class Embedder(Protocol):
         ...
 
 
+@runtime_checkable
+class LocalEmbedder(Embedder, Protocol):
+    """An embedder that computes in this process (a model's forward pass), so a caller
+    with nothing else to do meanwhile may run it on its own thread."""
+
+    def embed_here(self, text: str) -> list[float] | None:
+        """The vector of one text, computed now on the calling thread; None when that
+        would wait (the model not loaded yet, another encode or an embedding of this
+        text under way): the caller then goes through ``embed``."""
+        ...
+
+
 # --------------------------------------------------------------------------- query cache
 
 
@@ -93,6 +105,10 @@ class QueryCache:
         self._vectors.move_to_end(text)
         while len(self._vectors) > self._size:
             self._vectors.popitem(last=False)
+
+    def flying(self, text: str) -> bool:
+        """``text`` is being embedded."""
+        return text in self._flying
 
     def flight(
         self, text: str, embed: Callable[[list[str]], Awaitable[list[list[float]]]]
@@ -197,6 +213,28 @@ class USEEmbedder:
                 matrix = model.encode(batch)
             out.extend(unit_rows(matrix))
         return out
+
+    def embed_here(self, text: str) -> list[float] | None:
+        """One text's vector on the calling thread (a query: kept like ``embed``'s).
+
+        For a caller that has just sent its statements and would otherwise wait for
+        them: the forward pass then runs while Postgres answers, with no hand-off to a
+        thread and back (the thread holds the GIL through the pass anyway). Never
+        waits: a model still loading, another encode (a batch) or an embedding of this
+        text under way gives None."""
+        hit = self._queries.get(text)
+        if hit is not None:
+            return list(hit)
+        if self._model is None or self._queries.flying(text):
+            return None
+        if not self._encode_lock.acquire(blocking=False):
+            return None
+        try:
+            [vector] = unit_rows(self._model.encode([text]))
+        finally:
+            self._encode_lock.release()
+        self._queries.put(text, vector)
+        return list(vector)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:

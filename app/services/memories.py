@@ -18,7 +18,7 @@ from app.core.jobs import JobKind
 from app.memories.bm25 import index_terms, search_terms
 from app.memories.fuse import rrf
 from app.memories.lexical import normalize
-from app.providers.embed import Embedder, EmbeddingModelMismatch
+from app.providers.embed import Embedder, EmbeddingModelMismatch, LocalEmbedder
 from app.stores import memories as repo
 from app.stores import queue, sessions
 from app.stores.engine import driver_connection
@@ -96,9 +96,29 @@ def embed_query(embedder: Embedder, query: str) -> asyncio.Future[list[list[floa
     return asyncio.ensure_future(embedder.embed([query]))
 
 
-def _settle(embedding: asyncio.Future[list[list[float]]]) -> None:
-    """An embedding nobody will await: cancelled if still running, its failure marked
-    as seen (it was raised to the caller already, or is moot)."""
+async def embed_beside(embedder: Embedder, query: str) -> asyncio.Future[list[list[float]]]:
+    """The embedding of ``query`` for a caller whose first statement has been handed to
+    the event loop to send. An embedder computing in this process runs its forward
+    pass here, after that statement has gone out, while Postgres answers it (one of two
+    cores each); any other (an HTTP service), or one that would wait, is started as
+    ``embed_query``."""
+    if isinstance(embedder, LocalEmbedder):
+        await asyncio.sleep(0)  # the statement's task runs first: it is sent
+        done: asyncio.Future[list[list[float]]] = asyncio.get_running_loop().create_future()
+        try:
+            vector = embedder.embed_here(query)
+        except Exception as exc:  # delivered where the vector is awaited, as embed's
+            done.set_exception(exc)
+            return done
+        if vector is not None:
+            done.set_result([vector])
+            return done
+    return embed_query(embedder, query)
+
+
+def _settle(embedding: asyncio.Future[Any]) -> None:
+    """An embedding (or a statement) nobody will await: cancelled if still running, its
+    failure marked as seen (it was raised to the caller already, or is moot)."""
     if not embedding.done():
         embedding.cancel()
     elif not embedding.cancelled():
@@ -117,24 +137,48 @@ async def search_memories(
 ) -> list[MemoryRow] | None:
     """The user's best matches for ``query`` (None: no such user).
 
-    The query is embedded from the start, while the user is looked up and the lexical
-    leg runs: the query vector is the search's costliest step (a USE forward pass, or a
-    round trip to an embedding service), and it needs nothing from the database.
+    Two round trips: the user lookup with the lexical leg, then the vector leg. The
+    query is embedded while the first is answered: the query vector is the search's
+    costliest step (a USE forward pass, or a round trip to an embedding service), and
+    it needs nothing from the database. The first statement is sent before, and a
+    local model's pass runs on this thread meanwhile (``embed_beside``).
     """
-    embedding = embed_query(embedder, query) if embedder is not None else None
+    db = await driver_connection(conn)  # every statement of the search reads through it
+    terms = search_terms(query)
+    first = asyncio.ensure_future(
+        repo.lexical_search_for_user(
+            db,
+            tenant=tenant,
+            user=user,
+            terms=terms,
+            k=max(k, CANDIDATES_PER_LIST),
+            kind=kind,
+        )
+    )
+    embedding: asyncio.Future[list[list[float]]] | None = None
     try:
-        db = await driver_connection(conn)  # every statement of the search reads through it
-        user_pk = await sessions.user_pk_on_driver(db, tenant=tenant, user=user)
+        if embedder is not None:
+            embedding = await embed_beside(embedder, query)
+        found = await first
     except BaseException:
+        _settle(first)  # cancelled with the search, as an awaited statement would be
         if embedding is not None:
             _settle(embedding)
         raise
-    if user_pk is None:
+    if found is None:
         if embedding is not None:
             _settle(embedding)
         return None
+    user_pk, lexical = found
     return await hybrid_search(
-        db, user_pk=user_pk, query=query, k=k, kind=kind, embedder=embedder, embedding=embedding
+        db,
+        user_pk=user_pk,
+        query=query,
+        k=k,
+        kind=kind,
+        embedder=embedder,
+        embedding=embedding,
+        lexical=lexical if terms else None,  # no terms: no lexical ranking, as before
     )
 
 
@@ -148,17 +192,18 @@ async def hybrid_search(
     embedder: Embedder | None = None,
     query_vector: list[float] | None = None,
     embedding: asyncio.Future[list[list[float]]] | None = None,
+    lexical: list[MemoryRow] | None = None,
 ) -> list[MemoryRow]:
     """Vector and lexical candidates of one user, fused by reciprocal rank.
 
     The query is embedded (in the embedder's thread, or over HTTP) while the lexical
     leg runs on the connection: the search waits for the slower of the two, not both.
-    ``embedding``: that embedding, already started by the caller (``embed_query``).
+    ``embedding``: that embedding, already started by the caller (``embed_query``);
+    ``lexical``: the lexical leg's ranking, already read by the caller.
     """
     if embedding is None and query_vector is None and embedder is not None:
         embedding = embed_query(embedder, query)
-    terms = search_terms(query)
-    lexical: list[MemoryRow] | None = None
+    terms = search_terms(query) if lexical is None else []
     try:
         # both legs read through the driver
         db = conn if isinstance(conn, asyncpg.Connection) else await driver_connection(conn)

@@ -409,6 +409,18 @@ LEXICAL = f"""
     LIMIT $4
 """
 
+# lexical_for_user: a memory search's user lookup and its lexical leg in one round trip
+# ($1 the user's external id, $2-$4 as LEXICAL's, $5 the tenant): LEXICAL run for the
+# user the lookup finds (its "$1", the user's internal id, becomes the found ``u.id``).
+# Every row carries the user's internal id (``user_pk``): one row per hit, or one row
+# with no memory when nothing matched (or there were no terms); no row: no such user.
+LEXICAL_FOR_USER = f"""
+    WITH u AS MATERIALIZED (
+        SELECT id FROM users WHERE tenant_id = $5 AND external_id = $1)
+    SELECT u.id AS user_pk, hit.*
+    FROM u LEFT JOIN LATERAL ({LEXICAL.replace("$1", "u.id")}) AS hit ON true
+"""
+
 # turns_and_pinned: the single-turn memories of given (session, seq) pairs of one user,
 # through memories_turn_idx (how an episode hit is shown turn by turn, and how the other
 # half of a question/answer pair is found), and the high-stakes memories every context
@@ -635,6 +647,24 @@ async def lexical_search(
         return []
     rows = await (await _driver(conn)).fetch(LEXICAL, user_pk, terms, kind, k)
     return [_row(r, float(r["score"])) for r in rows]
+
+
+async def lexical_search_for_user(
+    conn: Connection,
+    *,
+    tenant: str,
+    user: str,
+    terms: list[str],
+    k: int,
+    kind: str | None = None,
+) -> tuple[int, list[MemoryRow]] | None:
+    """The user's internal id and ``lexical_search``'s ranking for it, in one round
+    trip; None when the tenant has no such user."""
+    rows = await (await _driver(conn)).fetch(LEXICAL_FOR_USER, user, terms, kind, k, tenant)
+    if not rows:
+        return None
+    hits = [_row(r, float(r["score"])) for r in rows if r["id"] is not None]
+    return int(rows[0]["user_pk"]), hits
 
 
 async def turns_and_pinned(

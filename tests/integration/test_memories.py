@@ -7,13 +7,14 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.stores import api_keys as keys
 from app.stores.engine import driver_connection
 from app.wiring import build_worker
 from tests.conftest import make_settings, post_turns
+from tests.integration.statements import recorded_statements
 
 
 async def remember(client: httpx.AsyncClient, user: str, text_: str, **kw: object) -> dict:
@@ -330,31 +331,9 @@ async def test_an_add_is_one_statement_with_its_embedding_job(
     await remember(client, "u-one", "Prefers aisle seats on long flights")
     async with engine.begin() as conn:
         await conn.execute(text("UPDATE jobs SET status = 'done'"))  # the first add's job ran
-    statements: list[str] = []
-
-    def seen(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        statements.append(statement)  # through SQLAlchemy
-
-    def logged(record: Any) -> None:
-        statements.append(record.query)  # on the driver
-
-    drivers: list[Any] = []
-
-    def checkout(dbapi_connection: Any, *_: object) -> None:
-        drivers.append(dbapi_connection.driver_connection)
-        drivers[-1].add_query_logger(logged)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", seen)
-    event.listen(engine.sync_engine, "checkout", checkout)
-    try:
+    with recorded_statements(engine) as statements:
         await remember(client, "u-one", "Allergic to peanuts")
         await asyncio.sleep(0)  # the driver calls its loggers soon after each statement
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", seen)
-        event.remove(engine.sync_engine, "checkout", checkout)
-        for driver in drivers:
-            driver.remove_query_logger(logged)
-    assert drivers, "no connection was checked out"
     assert len(statements) == 1, statements
     assert "INSERT INTO memories" in statements[0]
     await remember(client, "u-one", "Travels with a cello")

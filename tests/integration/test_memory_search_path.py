@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Sequence
 
 import httpx
@@ -11,8 +12,16 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.config import Settings
-from app.providers.embed import Embedder
+from app.memories.bm25 import search_terms
+from app.providers.embed import Embedder, HashEmbedder
+from app.services.auth import DEFAULT_TENANT
+from app.stores import memories as repo
+from app.stores import sessions
+from app.stores.engine import autocommit, driver_connection
+from app.stores.tables import EMBEDDING_DIM
 from app.wiring import create_app
+from tests.integration.statements import recorded_statements
+from tests.integration.test_memories import drain
 
 
 class Watched:
@@ -31,6 +40,20 @@ class Watched:
         return await self._inner.embed(texts)
 
 
+class WatchedLocal(Watched):
+    """The same, computing in this process: the search may run it on its own thread."""
+
+    def __init__(self, inner: HashEmbedder) -> None:
+        super().__init__(inner)
+        self._local = inner
+        self.here: list[tuple[str, int]] = []  # (text, thread)
+
+    def embed_here(self, text: str) -> list[float] | None:
+        self.here.append((text, threading.get_ident()))
+        self.started.set()
+        return self._local.embed_one(text)
+
+
 @pytest.fixture
 async def app_client(
     settings: Settings, engine: AsyncEngine
@@ -43,13 +66,11 @@ async def app_client(
             yield client, watched
 
 
-async def test_the_query_is_embedded_while_the_user_is_looked_up(
-    app_client: tuple[httpx.AsyncClient, Watched], engine: AsyncEngine
-) -> None:
-    """The query vector needs nothing from the database, so the search starts it before
-    its first statement is answered: here the users table is locked, the lookup waits,
-    and the embedding has started all the same."""
-    client, watched = app_client
+async def search_under_lock(
+    client: httpx.AsyncClient, engine: AsyncEngine, started: asyncio.Event
+) -> httpx.Response:
+    """A search for a stored memory fired while the users table is locked: ``started``
+    must be set (the embedding begun) while the search's first statement waits."""
     r = await client.post("/v1/users/u-1/memories", json={"text": "Prefers aisle seats"})
     assert r.status_code == 201, r.text
     async with engine.connect() as locker:
@@ -58,13 +79,24 @@ async def test_the_query_is_embedded_while_the_user_is_looked_up(
             client.get("/v1/users/u-1/memories", params={"query": "aisle seats"})
         )
         try:
-            await asyncio.wait_for(watched.started.wait(), timeout=10)
-            assert not search.done()  # the lookup still waits for the lock
+            await asyncio.wait_for(started.wait(), timeout=10)
+            assert not search.done()  # the first statement still waits for the lock
         finally:
             await locker.rollback()  # the lock goes; the search goes on
     r = await search
     assert r.status_code == 200, r.text
     assert [m["text"] for m in r.json()["memories"]] == ["Prefers aisle seats"]
+    return r
+
+
+async def test_the_query_is_embedded_while_the_user_is_looked_up(
+    app_client: tuple[httpx.AsyncClient, Watched], engine: AsyncEngine
+) -> None:
+    """The query vector needs nothing from the database, so the search starts it before
+    its first statement is answered: here the users table is locked, the lookup waits,
+    and the embedding has started all the same."""
+    client, watched = app_client
+    await search_under_lock(client, engine, watched.started)
     assert watched.queries == ["aisle seats"]
 
 
@@ -75,3 +107,85 @@ async def test_an_unknown_user_is_404_whatever_the_embedding(
     r = await client.get("/v1/users/nobody/memories", params={"query": "aisle seats"})
     assert r.status_code == 404
     assert r.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_a_local_model_embeds_the_query_on_the_loop_while_the_lookup_waits(
+    settings: Settings, engine: AsyncEngine
+) -> None:
+    """An embedder computing in this process runs its pass on the event loop's thread,
+    after the search's first statement has gone out (here it waits for a lock on the
+    users table): no hand-off to a thread, and the pass overlaps Postgres's answer."""
+    app = create_app(settings, database_url=settings.async_database_url or "", engine=engine)
+    async with app.router.lifespan_context(app):
+        local = app.state.embedder = WatchedLocal(HashEmbedder(EMBEDDING_DIM))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://mnemo") as client:
+            await search_under_lock(client, engine, local.started)
+    assert local.here == [("aisle seats", threading.get_ident())]
+    assert local.queries == []  # never through embed (a thread, or a task)
+
+
+async def test_a_search_is_two_statements_the_lookup_with_the_lexical_leg_then_the_vector_leg(
+    client: httpx.AsyncClient, engine: AsyncEngine, db_url: str
+) -> None:
+    for fact in ("Prefers aisle seats on long flights", "Allergic to peanuts"):
+        r = await client.post("/v1/users/u-1/memories", json={"text": fact})
+        assert r.status_code == 201, r.text
+    await drain(engine, db_url)  # embedded: the vector leg has rows to rank
+    with recorded_statements(engine) as statements:
+        r = await client.get("/v1/users/u-1/memories", params={"query": "aisle seats"})
+        await asyncio.sleep(0)
+    assert r.status_code == 200, r.text
+    assert r.json()["memories"][0]["text"] == "Prefers aisle seats on long flights"
+    assert len(statements) == 2, statements
+    assert "FROM users" in statements[0] and "memory_terms" in statements[0]
+    assert "memory_vectors" in statements[1]
+
+
+async def test_the_lookup_with_the_lexical_leg_reads_what_the_two_apart_read(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """The folded statement ranks exactly as the lookup followed by the lexical leg, for
+    a user with hits, without hits, with no terms, by kind, and tells an unknown user
+    (and a user of another tenant) from a user with nothing found."""
+    facts = {
+        "u-1": ["Prefers aisle seats on long flights", "Window seat on short hops", "Tea, no milk"],
+        "u-2": ["Aisle seat always", "Vegetarian meals on flights"],
+    }
+    for user, texts in facts.items():
+        for i, fact in enumerate(texts):
+            r = await client.post(
+                f"/v1/users/{user}/memories",
+                json={"text": fact, "kind": "preference" if i % 2 == 0 else "fact"},
+            )
+            assert r.status_code == 201, r.text
+    async with autocommit(engine) as conn:
+        db = await driver_connection(conn)
+        for user in ("u-1", "u-2"):
+            user_pk = await sessions.user_pk_on_driver(db, tenant=DEFAULT_TENANT, user=user)
+            assert user_pk is not None
+            for query, kind in [
+                ("aisle seats flights", None),
+                ("aisle seats flights", "preference"),
+                ("milk", None),
+                ("submarine", None),
+                ("", None),
+            ]:
+                terms = search_terms(query)
+                apart = await repo.lexical_search(db, user_pk=user_pk, terms=terms, k=20, kind=kind)
+                folded = await repo.lexical_search_for_user(
+                    db, tenant=DEFAULT_TENANT, user=user, terms=terms, k=20, kind=kind
+                )
+                assert folded == (user_pk, apart), (user, query, kind)
+        assert (
+            await repo.lexical_search_for_user(
+                db, tenant=DEFAULT_TENANT, user="nobody", terms=["aisl"], k=20
+            )
+            is None
+        )
+        assert (
+            await repo.lexical_search_for_user(
+                db, tenant="elsewhere", user="u-1", terms=["aisl"], k=20
+            )
+            is None
+        )

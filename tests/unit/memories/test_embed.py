@@ -115,6 +115,37 @@ def test_use_vectors_are_the_models_rows_at_unit_length(use_embedder: USEEmbedde
     assert unit_rows(np.zeros((2, 4), dtype=np.float32)) == [[0.0] * 4, [0.0] * 4]
 
 
+async def test_use_embeds_a_query_here_as_embed_would_and_never_waits() -> None:
+    """``embed_here`` gives ``embed_sync``'s vector, keeps it for ``embed`` (no second
+    pass), and gives None instead of waiting: before the model is loaded, while another
+    encode holds the model, and while the same text is embedded elsewhere."""
+    embedder = USEEmbedder()
+    assert embedder.embed_here("aisle seat please") is None  # not loaded: no load here
+    embedder.embed_sync(["warm up"])
+    [want] = embedder.embed_sync(["aisle seat please"])
+    with embedder._encode_lock:  # a batch is being encoded (the worker, in-process)
+        assert embedder.embed_here("aisle seat please") is None
+    here = embedder.embed_here("aisle seat please")
+    assert here is not None and max(abs(a - b) for a, b in zip(here, want, strict=True)) < 1e-9
+    passes: list[int] = []
+    encode = embedder._model.encode
+    embedder._model.encode = lambda texts: passes.append(len(texts)) or encode(texts)
+    assert await embedder.embed(["aisle seat please"]) == [here]
+    assert embedder.embed_here("aisle seat please") == here
+    assert passes == []  # both answered from the kept vector
+
+    gate = asyncio.Event()
+
+    async def slow(texts: list[str]) -> list[list[float]]:
+        await gate.wait()
+        return embedder.embed_sync(texts)
+
+    flying = embedder._queries.flight("window seat", slow)
+    assert embedder.embed_here("window seat") is None  # join that flight instead
+    gate.set()
+    await flying
+
+
 def test_use_keeps_a_bounded_number_of_token_rows() -> None:
     """More distinct tokens than are kept (ten texts of ~310 distinct tokens each, 1,254
     in all): the cache starts over; a text of more than are kept is projected without
