@@ -320,9 +320,10 @@ def test_serve_runs_its_job_worker_in_a_child_process(data_dir: Path) -> None:
             # Every thread of the worker and of its extraction process (the embedding
             # model's BLAS threads included, started at import) runs at the lowest CPU
             # priority; the API's threads do not.
+            ours = os.getpriority(os.PRIO_PROCESS, 0)  # the suite may itself run niced
             for pid in [workers[0], *_descendants(workers[0])]:
-                assert _priorities(pid) == {(os.SCHED_IDLE, 10)}, _cmdline(pid)
-            assert _priorities(server.process.pid) == {(os.SCHED_OTHER, 0)}
+                assert _priorities(pid) == {(os.SCHED_IDLE, max(ours, 10))}, _cmdline(pid)
+            assert _priorities(server.process.pid) == {(os.SCHED_OTHER, ours)}
             # /metrics has the worker's counters beside the API process's own: what the
             # worker published (twice a second), so they come shortly after the job.
             metrics = _metrics_once(c, r"^mnemo_compressions_total\{.*\} [1-9]")
