@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.compression.live_notes import units_record
 from app.core.errors import Conflict
 from app.core.jobs import JobKind
 from app.core.turns import PreparedTurn
@@ -57,6 +58,31 @@ class Ingested:
     trigger: str | None
 
 
+# What a user turn states (its units: the rules, pinned facts, next steps and open items
+# a context read adds while the turn is live) is read here, once, so that no context
+# read has to read it from the text before the worker indexes the turn. The rule
+# extractor's cost grows with the text (about 3 ms of CPU per 1,000 characters), so
+# only texts of at most UNITS_MAX_CHARS, and at most UNITS_BUDGET_CHARS of them a post;
+# the worker reads the others when it indexes them (``units IS NULL``).
+UNITS_MAX_CHARS = 2_000
+UNITS_BUDGET_CHARS = 16_000
+
+
+def units_at_ingest(turns: Sequence[PreparedTurn]) -> list[str | None]:
+    """Each turn's units record (``live_notes.units_record``), or None: not a user turn
+    with text, or beyond the bounds above (left to the worker)."""
+    budget = UNITS_BUDGET_CHARS
+    out: list[str | None] = []
+    for t in turns:
+        size = len(t.content or "")
+        if t.role != "user" or not t.content or size > min(UNITS_MAX_CHARS, budget):
+            out.append(None)
+            continue
+        budget -= size
+        out.append(units_record(t.content))
+    return out
+
+
 def _generated_id() -> str:
     # "_" is outside the client id alphabet, so a generated id never collides.
     return "t_" + uuid.uuid4().hex
@@ -91,6 +117,8 @@ async def ingest_turns(
     index_delay_s: float = 0.0,
 ) -> Ingested:
     """Store ``turns`` in the caller's transaction and enqueue what they trigger."""
+    # Read before the session row is locked: a post to the same session waits less.
+    records = units_at_ingest(turns)
     client_ids = [t.client_id for t in turns if t.client_id]
     row = await _lock_or_create(
         conn, tenant=tenant, session=session, user=user, client_ids=client_ids
@@ -103,8 +131,9 @@ async def ingest_turns(
 
     acks: list[Ack] = []
     new: list[tuple[int, str, PreparedTurn]] = []
+    units: list[str | None] = []
     next_seq = row.turn_count + 1
-    for t in turns:
+    for t, record in zip(turns, records, strict=True):
         if t.client_id and t.client_id in known:
             acks.append(known[t.client_id])
             continue
@@ -115,6 +144,7 @@ async def ingest_turns(
             known[t.client_id] = replace(ack, duplicate=True)
         acks.append(ack)
         new.append((next_seq, external_id, t))
+        units.append(record)
         next_seq += 1
 
     history_tokens = row.history_tokens
@@ -129,6 +159,7 @@ async def ingest_turns(
             tenant=tenant,
             session_pk=sid,
             new=new,
+            units=units,
             job=queue.JobWanted(
                 kind=JobKind.INDEX_SESSION, max_attempts=job_max_attempts, delay_s=index_delay_s
             )

@@ -104,24 +104,26 @@ KNOWN_TURNS = text("""
     WHERE session_id = :sid AND external_id = ANY(CAST(:ids AS text[]))
 """)
 
-# append_turns: the whole batch in one statement, and the session's counters with it
+# append_turns: the whole batch in one statement, each user turn with the units ingest
+# read from it (NULL: the worker reads them), and the session's counters with it
 # (turn_count is the seq allocator; history_tokens and live_turns feed the trigger),
 # and the job the batch causes, if any (a user turn's index_session).
 WANTED = "(SELECT 1 WHERE CAST(:job_wanted AS boolean)) AS wanted"
 APPEND_TURNS = text(f"""
     WITH inserted AS (
         INSERT INTO turns (session_id, seq, external_id, role, content, tool_calls,
-                           tool_call_id, name, tokens, emphasized, metadata, created_at)
+                           tool_call_id, name, tokens, emphasized, metadata, created_at, units)
         SELECT :sid, t.seq, t.external_id, t.role, t.content, CAST(t.tool_calls AS jsonb),
                t.tool_call_id, t.name, t.tokens, t.emphasized, CAST(t.metadata AS jsonb),
-               coalesce(t.created_at, now())
+               coalesce(t.created_at, now()), CAST(t.units AS jsonb)
         FROM unnest(CAST(:seqs AS int[]), CAST(:external_ids AS text[]),
                     CAST(:roles AS text[]), CAST(:contents AS text[]),
                     CAST(:tool_calls AS text[]), CAST(:tool_call_ids AS text[]),
                     CAST(:names AS text[]), CAST(:tokens AS int[]), CAST(:emphasized AS bool[]),
-                    CAST(:metadata AS text[]), CAST(:created_at AS timestamptz[]))
+                    CAST(:metadata AS text[]), CAST(:created_at AS timestamptz[]),
+                    CAST(:units AS text[]))
              AS t(seq, external_id, role, content, tool_calls, tool_call_id, name, tokens,
-                  emphasized, metadata, created_at)
+                  emphasized, metadata, created_at, units)
         RETURNING 1),
     job AS ({queue.enqueue_for(WANTED, session_id="CAST(:sid AS bigint)")}),
     bumped AS (
@@ -210,10 +212,12 @@ async def append_turns(
     tenant: str,
     session_pk: int,
     new: Sequence[tuple[int, str, PreparedTurn]],
+    units: Sequence[str | None] | None = None,
     job: queue.JobWanted | None = None,
 ) -> Counters:
-    """Insert ``new`` (seq, external id, turn), bump the session's counters and enqueue
-    ``job`` for the session (unless an equal job already waits)."""
+    """Insert ``new`` (seq, external id, turn), each with its ``units`` record (JSON
+    text; None: not read), bump the session's counters and enqueue ``job`` for the
+    session (unless an equal job already waits)."""
     enqueue = queue.within_params(
         tenant_id=tenant,
         kind=job.kind if job else "",
@@ -221,6 +225,7 @@ async def append_turns(
         delay_s=job.delay_s if job else 0.0,
     )
     params = {**_columns(session_pk, new), **enqueue, "job_wanted": job is not None}
+    params["units"] = list(units) if units is not None else [None] * len(new)
     params["tenant"] = tenant
     row = (await conn.execute(APPEND_TURNS, params)).one()
     return Counters(

@@ -1,7 +1,7 @@
-"""What a live user turn states is read once, by the worker when it indexes the turn,
-and stored with it (``turns.units``); the context read goes by that record and reads
-the text itself only for a turn not indexed yet: ingest → compact → more turns →
-index → /context, against real Postgres."""
+"""What a live user turn states is read once and stored with it (``turns.units``): by
+ingest, or, for a text ingest leaves (too long), by the worker when it indexes the turn;
+the context read goes by that record and reads the text itself only for a turn without
+one: ingest → compact → more turns → index → /context, against real Postgres."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.compression.live_notes import RULES_STAMP, record_of, turn_units
 from app.compression.state import ConstraintUnit, dump_units
+from app.services.ingest import UNITS_MAX_CHARS
 from tests.conftest import post_turns
 from tests.integration.test_change_notice import with_worker
 from tests.integration.test_context_live_changes import (
@@ -160,10 +161,69 @@ async def test_the_read_goes_by_the_stored_units(
     assert not any(RULE in line for line in await _state_at(indexed, RULE))
 
 
-async def test_a_turn_not_indexed_yet_is_read_from_its_text(
+async def _forget_units(engine: AsyncEngine) -> None:
+    """No turn has a record: as turns stored before ingest read them."""
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE turns SET units = NULL"))
+
+
+async def test_ingest_stores_what_each_user_turn_states(
+    unindexed: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    long = " ".join(["We should look at the replica lag again."] * 60)
+    assert len(long) > UNITS_MAX_CHARS
+    await _compacted_then(unindexed, [*_later(RULE), _msg("u7", "user", long)])
+    # No turn is indexed (the index jobs wait an hour), yet each user turn is read.
+    units = await _units(engine, compacted=False)
+    assert [(u["kind"], u["text"]) for u in units["u5"]] == [("constraint", RULE)]
+    assert units["u6"] == []  # read, and states nothing
+    assert units["a5"] is None and units["r0"] is None  # only user turns are read
+    assert units["u7"] is None  # too long to read at ingest: left to the worker
+    # The read knows a record of nothing by its text, as Postgres prints it.
+    async with engine.connect() as conn:
+        printed = await conn.scalar(text("SELECT units::text FROM turns WHERE external_id = 'u6'"))
+    assert printed == record_of([])
+    # The read goes by the record ingest stored: one the rules would not make from
+    # this text is what it adds.
+    stored = "Page the on-call engineer before any failover."
+    await _store(engine, "u5", dump_units([ConstraintUnit(text=stored, source_seqs=[0])]))
+    lines = await _state_at(unindexed, RULE)
+    assert f"- {stored}" in lines and f"- {RULE}" not in lines
+
+
+async def test_the_context_is_the_same_from_stored_units_as_from_the_text(
+    unindexed: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    # A compressed session, and one never compressed (its notes are a state of their own).
+    await _compacted_then(unindexed, [*_later(RULE), _msg("u7", "user", PLAIN)])
+    never = [
+        _msg("n1", "user", "We are moving the search cluster this week."),
+        _msg("n2", "user", "Never reindex during business hours."),
+        *[_msg(f"m{i}", "assistant", REPORT) for i in range(4)],
+        _msg("n3", "user", "Thanks, what is next?"),
+    ]
+    assert (await post_turns(unindexed, "t", never)).status_code == 201
+
+    async def contexts() -> list[dict[str, Any]]:
+        return [
+            (await unindexed.get(f"/v1/sessions/{s}/context", params={"max_tokens": n})).json()
+            for s in ("s", "t")
+            for n in (400, 700, 4000)
+        ]
+
+    assert (await _units(engine, compacted=False))["u5"] is not None
+    stored = await contexts()
+    assert any(f"- {RULE}" in _state_of(c) for c in stored)
+    assert any("Never reindex during business hours." in _state_of(c) for c in stored[3:])
+    await _forget_units(engine)
+    assert await contexts() == stored
+
+
+async def test_a_turn_without_a_record_is_read_from_its_text(
     unindexed: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
     await _compacted_then(unindexed, _later(RULE))
+    await _forget_units(engine)
     assert (await _units(engine))["u5"] is None
     assert f"- {RULE}" in await _state_at(unindexed, RULE)
 
@@ -178,6 +238,7 @@ async def test_a_compression_stores_what_the_turns_it_leaves_live_state(
         _msg("u6", "user", PLAIN),
     ]
     assert (await post_turns(no_memory, "s", turns)).status_code == 201
+    await _forget_units(engine)  # as turns ingested before ingest read them
     r = await no_memory.post("/v1/sessions/s/compact", params={"wait": "true"})
     assert r.json()["status"] == "compressed"
     live = await _units(engine, compacted=False)
