@@ -81,12 +81,18 @@ def reachable(rows: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any
 
 
 async def _live_turns(
-    db: asyncpg.Connection, rows: list[dict[str, Any]], *, tenant: str, session_pk: int
+    db: asyncpg.Connection,
+    rows: list[dict[str, Any]],
+    older: list[dict[str, Any]],
+    *,
+    tenant: str,
+    session_pk: int,
 ) -> list[LiveTurn]:
-    """The live turns read for packing, and the live user turns older than that page
-    (one more indexed read, only when the page was full)."""
+    """The live turns read for packing, and the live user turns older than that page:
+    ``older``, read with the first page when it was full, or, when a second page was
+    read, one more indexed read."""
     turns = [LiveTurn(t["seq"], t["role"], t["content"], t["units"]) for t in rows]
-    if len(rows) >= FIRST_PAGE:  # read for packing, not all: older live turns may be left
+    if len(rows) > FIRST_PAGE:  # read for packing, not all: older live turns may be left
         older = await read_live_user_turns(
             db,
             tenant=tenant,
@@ -94,7 +100,7 @@ async def _live_turns(
             before_seq=rows[-1]["seq"],
             limit=RECENT_FETCH_LIMIT,
         )
-        turns += [LiveTurn(t["seq"], "user", t["content"], t["units"]) for t in older]
+    turns += [LiveTurn(t["seq"], "user", t["content"], t["units"]) for t in older]
     return turns
 
 
@@ -254,7 +260,14 @@ async def build_context(
 ) -> Context:
     db = await driver_connection(conn)
     try:
-        head = await read_context(db, tenant=tenant, session=session, limit=FIRST_PAGE, offset=0)
+        head = await read_context(
+            db,
+            tenant=tenant,
+            session=session,
+            limit=FIRST_PAGE,
+            offset=0,
+            older_users=RECENT_FETCH_LIMIT,
+        )
     except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError):
         # Read through the driver, so the pool must be told the connection is gone.
         await conn.invalidate()
@@ -290,7 +303,9 @@ async def build_context(
     room -= count_tokens(shared.text + "\n\n") if shared.text else 0
     # The change notice is the first thing to go: each rendering with it, then without.
     line = head["notice"] if notice and head["notice"] else ""
-    live = await _live_turns(db, rows, tenant=tenant, session_pk=head["id"])
+    live = await _live_turns(
+        db, rows, head["older_user_turns"], tenant=tenant, session_pk=head["id"]
+    )
     carrier = any_carrier(live)
     gone = await _withdrawn(db, head, live, tenant=tenant) if carrier else []
     renderings = _as_of_live_turns(

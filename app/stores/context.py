@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncpg
 
 # context_read: the session, its owner, its rendered state and its newest live
-# (uncompacted) turns as JSON, newest first, each with the units the worker stored
-# when it indexed it (JSON text; null: not indexed yet). Compacted turns are
+# (uncompacted) turns as JSON, newest first, each with the units stored with it (JSON
+# text, by ingest or the worker; null: not read yet), and the live user turns older
+# than that page (in the same snapshot: no second round trip). Compacted turns are
 # represented by the task state, never twice. ``OFFSET 0`` keeps ``has_memories`` a
 # probe of the user's rows: without it Postgres may answer the EXISTS by hashing every
 # live memory of every user, and a generic plan made while the table held a handful of
@@ -45,7 +46,19 @@ CONTEXT_READ = """
                       FROM turns
                      WHERE session_id = s.id AND NOT compacted
                      ORDER BY seq DESC
-                     LIMIT $3 OFFSET $4) t) AS turns
+                     LIMIT $3 OFFSET $4) t) AS turns,
+           -- when that page is full, up to $5 live user turns older than it, newest
+           -- first: the read checks them for what its task state does not show yet
+           (SELECT coalesce(json_agg(o), '[]')
+              FROM (SELECT seq, content, units::text AS units
+                      FROM turns
+                     WHERE session_id = s.id AND NOT compacted AND role = 'user'
+                       AND seq < (SELECT seq FROM turns
+                                   WHERE session_id = s.id AND NOT compacted
+                                   ORDER BY seq DESC
+                                   LIMIT 1 OFFSET $3 + $4 - 1)
+                     ORDER BY seq DESC
+                     LIMIT $5) o) AS older_user_turns
     FROM sessions s
     JOIN users u ON u.id = s.user_id
     LEFT JOIN task_states ts ON ts.session_id = s.id
@@ -55,10 +68,17 @@ CONTEXT_READ = """
 
 
 async def read_context(
-    db: asyncpg.Connection, *, tenant: str, session: str, limit: int, offset: int
+    db: asyncpg.Connection,
+    *,
+    tenant: str,
+    session: str,
+    limit: int,
+    offset: int,
+    older_users: int = 0,
 ) -> asyncpg.Record | None:
-    """The session's head and its live turns ``offset`` … ``offset + limit`` newest first."""
-    return await db.fetchrow(CONTEXT_READ, tenant, session, limit, offset)
+    """The session's head and its live turns ``offset`` … ``offset + limit`` newest first;
+    when there are that many, up to ``older_users`` live user turns older than them."""
+    return await db.fetchrow(CONTEXT_READ, tenant, session, limit, offset, older_users)
 
 
 # live_user_turns: a session's live user turns older than a seq, newest first: the

@@ -46,7 +46,7 @@ async def test_the_context_read_of_a_session_reads_its_user_not_every_memory(
         await add_notes(engine, "large", OTHERS, rng)
         head = await read_context(db, tenant="default", session="s-none", limit=64, offset=0)
         assert head is not None and head["has_memories"] is False
-        read, _ = await buffers(db, "AS has_memories", "default", "s-none", 64, 0)
+        read, _ = await buffers(db, "AS has_memories", "default", "s-none", 64, 0, 400)
     assert read < 40, read  # a few index pages per table, never the 600 memories
 
 
