@@ -122,7 +122,13 @@ def _through(rendered: str) -> int | None:
 # ------------------------------------------------------------------ new units
 
 
-@lru_cache(maxsize=4096)
+# How many turns' readings a process keeps: more than the live user turns its reads
+# visit. Past that, each read of a turn without a record (stored before ingest read
+# units, or by other rules) would read it again: ~0.3 ms a turn, 20 ms a long session.
+KEPT_READINGS = 16_384
+
+
+@lru_cache(maxsize=KEPT_READINGS)
 def turn_units(text: str) -> tuple[Unit, ...]:
     """The units the rule extractor takes from one user turn of the kinds kept. A bare
     withdrawal ("scratch that", "算了") targets ``_LATEST``: what it withdraws is the
@@ -154,6 +160,10 @@ def record_of(units: Sequence[Unit]) -> str:
     return json.dumps({"rules": RULES_STAMP, "units": dump_units(list(units))}, ensure_ascii=False)
 
 
+# The record of a turn that states nothing, as stored (Postgres prints jsonb alike).
+_NOTHING = record_of(())
+
+
 def units_record(text: str) -> str:
     """``turn_units(text)`` as stored with the turn (``record_of``; no units: it states none)."""
     return record_of(turn_units(text))
@@ -164,7 +174,7 @@ class _Record(BaseModel):
     units: list[Unit]
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=KEPT_READINGS)
 def _recorded(record: str) -> tuple[Unit, ...] | None:
     try:
         stored = _Record.model_validate_json(record)
@@ -176,6 +186,8 @@ def _recorded(record: str) -> tuple[Unit, ...] | None:
 def _units(text: str, record: str | None) -> tuple[Unit, ...]:
     """What a user turn states: its stored record, or, not indexed yet (or its record
     does not load, or other rules wrote it), its reading."""
+    if record == _NOTHING:
+        return ()  # most turns state nothing
     recorded = None if record is None else _recorded(record)
     return turn_units(text) if recorded is None else recorded
 
@@ -208,7 +220,7 @@ def notes_for(rendered: str, live: Iterable[LiveTurn], left_out: set[int]) -> li
     )
     lang = _language(rendered)
     state = _live_state(said, lang)
-    shown = normalize(rendered)
+    shown = _normalized(rendered)
     lab = LABELS[lang]
 
     def new(source_seqs: Sequence[int], text: str) -> bool:
@@ -233,6 +245,12 @@ def notes_for(rendered: str, live: Iterable[LiveTurn], left_out: set[int]) -> li
                 line += lab["missing"].format(items=items)
             notes.append(Note("todos", line))
     return notes
+
+
+@lru_cache(maxsize=256)
+def _normalized(rendered: str) -> str:
+    """``normalize(rendered)``, once per rendering (each read of a session asks again)."""
+    return normalize(rendered)
 
 
 def with_notes(
@@ -345,7 +363,7 @@ def withdraws(rendered: str, live: Iterable[LiveTurn]) -> bool:
     withdrawals = [(seq, u) for seq, u in said if isinstance(u, RevocationUnit)]
     if not withdrawals:
         return False
-    shown: list[str] | None = None
+    shown: tuple[str, ...] | None = None
     for seq, unit in withdrawals:
         if unit.target == _LATEST:
             if not any(s < seq and not isinstance(u, RevocationUnit) for s, u in said):
@@ -358,8 +376,10 @@ def withdraws(rendered: str, live: Iterable[LiveTurn]) -> bool:
     return False
 
 
-def _in_force_lines(rendered: str) -> list[str]:
-    """The item lines of the rendering's sections a withdrawal retires from."""
+@lru_cache(maxsize=256)
+def _in_force_lines(rendered: str) -> tuple[str, ...]:
+    """The item lines of the rendering's sections a withdrawal retires from (memoised:
+    each read of a session asks again)."""
     lab = LABELS[_language(rendered)]
     headers = _headers(lab)
     notes = lab["notes"].split("{", 1)[0]
@@ -369,7 +389,7 @@ def _in_force_lines(rendered: str) -> list[str]:
         if lab[section] in lines:
             start = lines.index(lab[section])
             out += [x[2:] for x in lines[start + 1 : _section_end(lines, start, headers, notes)]]
-    return out
+    return tuple(out)
 
 
 def withdrawn(

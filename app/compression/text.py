@@ -7,6 +7,7 @@ everything that is not a letter or digit removed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -60,8 +61,23 @@ def action_key(tool: str, arguments: dict[str, Any]) -> str:
     return f"action:{tool}:{digest}"
 
 
+# Texts compared again and again (a state's items against each live withdrawal, on
+# every context read and in every merge) are split into words once: a bounded cache
+# of the shorter ones.
+WORD_SET_CACHED_MAX_CHARS = 1_000
+
+
 def word_set(text: str) -> frozenset[str]:
     """Latin words (minus stopwords) plus CJK character bigrams, for fuzzy overlap."""
+    return _word_set_cached(text) if len(text) <= WORD_SET_CACHED_MAX_CHARS else _words(text)
+
+
+@functools.lru_cache(maxsize=8192)
+def _word_set_cached(text: str) -> frozenset[str]:
+    return _words(text)
+
+
+def _words(text: str) -> frozenset[str]:
     folded = unicodedata.normalize("NFKC", text).casefold()
     words = {w for w in _LATIN_WORD.findall(folded) if w not in _STOPWORDS}
     for run in _CJK_RUN.findall(folded):

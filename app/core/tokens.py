@@ -81,7 +81,7 @@ def count_tokens(text: str | None) -> int:
     return len(encoding().encode_ordinary(text))
 
 
-@functools.lru_cache(maxsize=2048)
+@functools.lru_cache(maxsize=8192)
 def _count_cached(text: str) -> int:
     return len(encoding().encode_ordinary(text))
 
@@ -109,6 +109,17 @@ def truncate_to_tokens(text: str, max_tokens: int) -> str:
     """The longest prefix of ``text`` that fits in ``max_tokens`` tokens."""
     if max_tokens <= 0:
         return ""
+    if CACHED_MIN_CHARS <= len(text) <= CACHED_MAX_CHARS:
+        return _truncate_cached(text, max_tokens)  # the same cut on every read
+    return _truncate(text, max_tokens)
+
+
+@functools.lru_cache(maxsize=1024)
+def _truncate_cached(text: str, max_tokens: int) -> str:
+    return _truncate(text, max_tokens)
+
+
+def _truncate(text: str, max_tokens: int) -> str:
     tokens = encoding().encode_ordinary(text)
     if len(tokens) <= max_tokens:
         return text
