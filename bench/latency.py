@@ -300,54 +300,98 @@ async def run_phase(
     )
 
 
-async def measure(service: Service, args: argparse.Namespace) -> dict[str, Any]:
-    rng = random.Random(args.seed)
-    sessions = [f"bench-s{i:05d}" for i in range(args.sessions)]
-    users = {s: f"bench-u{i % max(1, args.sessions // 4):05d}" for i, s in enumerate(sessions)}
+@dataclass
+class Workload:
+    """The requests of a run, from its seed: the load's batches, the single posts (the
+    8-client phase's, its warm-up's, then the one-client phase's) and the sessions
+    whose context is read (the 8-client phase's, then its warm-up's; the one-client
+    phase reads the first ones again)."""
 
-    # One request of the load phase: one batch of one session.
-    batches: list[tuple[str, list[dict[str, Any]]]] = []
-    for s in sessions:
-        messages = session_messages(rng, s, args.turns)
-        for start in range(0, len(messages), args.batch):
-            batches.append((s, messages[start : start + args.batch]))
-    # Interleave sessions so that concurrent clients rarely queue on one session's lock.
-    batches.sort(key=lambda b: int(b[1][0]["id"].split("-")[1]))
-    counters = dict.fromkeys(sessions, args.turns + 1)
+    sessions: list[str]
+    users: dict[str, str]
+    batches: list[tuple[str, list[dict[str, Any]]]]
+    singles: list[tuple[str, dict[str, Any]]]
+    reads: list[str]
 
-    async def post_batch(client: httpx.AsyncClient, i: int) -> tuple[httpx.Response, int]:
-        session, messages = batches[i]
-        body = {"user_id": users[session], "messages": messages}
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Workload:
+        rng = random.Random(args.seed)
+        sessions = [f"bench-s{i:05d}" for i in range(args.sessions)]
+        users = {s: f"bench-u{i % max(1, args.sessions // 4):05d}" for i, s in enumerate(sessions)}
+        # One request of the load phase: one batch of one session.
+        batches: list[tuple[str, list[dict[str, Any]]]] = []
+        for s in sessions:
+            messages = session_messages(rng, s, args.turns)
+            for start in range(0, len(messages), args.batch):
+                batches.append((s, messages[start : start + args.batch]))
+        # Interleave sessions so that concurrent clients rarely queue on one session's lock.
+        batches.sort(key=lambda b: int(b[1][0]["id"].split("-")[1]))
+        counters = dict.fromkeys(sessions, args.turns + 1)
+        one_rng = random.Random(args.seed + 1)
+        singles: list[tuple[str, dict[str, Any]]] = []
+        for _ in range(args.requests + WARMUP_REQUESTS + max(1, args.requests // 4)):
+            s = one_rng.choice(sessions)
+            seq = counters[s]
+            counters[s] += 1
+            message = exchange(one_rng, s, seq)[0 if one_rng.random() < 0.5 else 3]
+            message["id"] = f"m-{seq}"
+            singles.append((s, message))
+        ctx_rng = random.Random(args.seed + 2)
+        reads = [ctx_rng.choice(sessions) for _ in range(args.requests + WARMUP_REQUESTS)]
+        return cls(sessions, users, batches, singles, reads)
+
+    async def post_batch(self, client: httpx.AsyncClient, i: int) -> tuple[httpx.Response, int]:
+        session, messages = self.batches[i]
+        body = {"user_id": self.users[session], "messages": messages}
         r = await client.post(f"/v1/sessions/{session}/turns", json=body)
         return r, len(messages)
 
-    one_rng = random.Random(args.seed + 1)
-    singles: list[tuple[str, dict[str, Any]]] = []
-    for _ in range(args.requests + WARMUP_REQUESTS + max(1, args.requests // 4)):
-        s = one_rng.choice(sessions)
-        seq = counters[s]
-        counters[s] += 1
-        message = exchange(one_rng, s, seq)[0 if one_rng.random() < 0.5 else 3]
-        message["id"] = f"m-{seq}"
-        singles.append((s, message))
-
-    async def post_one(client: httpx.AsyncClient, i: int) -> tuple[httpx.Response, int]:
-        session, message = singles[i]
+    async def post_one(self, client: httpx.AsyncClient, i: int) -> tuple[httpx.Response, int]:
+        session, message = self.singles[i]
         r = await client.post(
             f"/v1/sessions/{session}/turns",
-            json={"user_id": users[session], "messages": [message]},
+            json={"user_id": self.users[session], "messages": [message]},
         )
         return r, 1
 
-    ctx_rng = random.Random(args.seed + 2)
-    reads = [ctx_rng.choice(sessions) for _ in range(args.requests + WARMUP_REQUESTS)]
-
-    async def get_context(client: httpx.AsyncClient, i: int) -> tuple[httpx.Response, int]:
-        r = await client.get(f"/v1/sessions/{reads[i]}/context")
+    async def get_context(self, client: httpx.AsyncClient, i: int) -> tuple[httpx.Response, int]:
+        r = await client.get(f"/v1/sessions/{self.reads[i]}/context")
         return r, 1
 
-    async def get_healthz(client: httpx.AsyncClient, i: int) -> tuple[httpx.Response, int]:
-        return await client.get("/healthz"), 1
+
+async def get_healthz(client: httpx.AsyncClient, i: int) -> tuple[httpx.Response, int]:
+    return await client.get("/healthz"), 1
+
+
+async def first_phases(
+    service: Service, clients: list[httpx.AsyncClient], work: Workload, requests: int
+) -> dict[str, Phase]:
+    """Phases 1 to 3: the load, the single posts, the floor and the context reads, with
+    ``clients`` (each after a warm-up on the tail of its request list)."""
+    phases: dict[str, Phase] = {}
+    print(f"loading {len(work.batches)} batches ({len(work.sessions)} sessions)…", file=sys.stderr)
+    phases["ingest_batched"] = await run_phase(
+        "ingest_batched", service, clients, len(work.batches), work.post_batch
+    )
+    # Warm-ups use the tail of each request list; the measured run uses the head.
+    tail = _offset(work.post_one, requests)
+    await run_phase("warmup", service, clients, WARMUP_REQUESTS, tail)
+    print(f"posting {requests} single messages…", file=sys.stderr)
+    phases["post_one"] = await run_phase("post_one", service, clients, requests, work.post_one)
+    await run_phase(
+        "warmup", service, clients, WARMUP_REQUESTS, _offset(work.get_context, requests)
+    )
+    print(f"{requests} × /healthz, then {requests} contexts…", file=sys.stderr)
+    phases["healthz"] = await run_phase("healthz", service, clients, requests, get_healthz)
+    phases["context"] = await run_phase(
+        "context", service, clients, requests, work.get_context, contexts=True
+    )
+    return phases
+
+
+async def measure(service: Service, args: argparse.Namespace) -> dict[str, Any]:
+    work = Workload.of(args)
+    sessions, post_one, get_context = work.sessions, work.post_one, work.get_context
 
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     timeout = httpx.Timeout(60.0)
@@ -357,26 +401,7 @@ async def measure(service: Service, args: argparse.Namespace) -> dict[str, Any]:
     ]
     phases: dict[str, Phase] = {}
     try:
-        print(
-            f"loading {len(batches)} batches ({args.sessions}×{args.turns} messages)…",
-            file=sys.stderr,
-        )
-        phases["ingest_batched"] = await run_phase(
-            "ingest_batched", service, clients, len(batches), post_batch
-        )
-        # Warm-ups use the tail of each request list; the measured run uses the head.
-        tail = _offset(post_one, args.requests)
-        await run_phase("warmup", service, clients, WARMUP_REQUESTS, tail)
-        print(f"posting {args.requests} single messages…", file=sys.stderr)
-        phases["post_one"] = await run_phase("post_one", service, clients, args.requests, post_one)
-        await run_phase(
-            "warmup", service, clients, WARMUP_REQUESTS, _offset(get_context, args.requests)
-        )
-        print(f"{args.requests} × /healthz, then {args.requests} contexts…", file=sys.stderr)
-        phases["healthz"] = await run_phase("healthz", service, clients, args.requests, get_healthz)
-        phases["context"] = await run_phase(
-            "context", service, clients, args.requests, get_context, contexts=True
-        )
+        phases |= await first_phases(service, clients, work, args.requests)
         # The same requests from one client: service time without queueing.
         serial = max(1, args.requests // 4)
         print(f"{serial} single posts and {serial} contexts from one client…", file=sys.stderr)
