@@ -288,3 +288,36 @@ def test_percentile_nearest_rank() -> None:
     assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], 90) == 5.0
     assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], 50) == 3.0
     assert percentile([], 50) is None
+
+
+def test_latency_rounds_pool_every_read_and_divide_cpu_by_reads() -> None:
+    from bench.datasets.runner import rounds_stats
+
+    rounds = [
+        {
+            "ms": [10.0, 30.0],
+            "api_cpu_s": 0.01,
+            "postgres_cpu_s": 0.004,
+            "healthz_ms_p50": 1.0,
+            "loadavg_1m": [0.5, 0.6],
+            "differ": [],
+        },
+        {
+            "ms": [20.0, 40.0],
+            "api_cpu_s": 0.03,
+            "postgres_cpu_s": None,  # not our Postgres
+            "healthz_ms_p50": 3.0,
+            "loadavg_1m": [0.6, 0.7],
+            "differ": ["q2"],
+        },
+    ]
+    figures = rounds_stats(rounds)
+    assert figures["context_ms_p50_new_query"] == 25.0
+    assert figures["context_ms_p90_new_query"] == 40.0
+    assert figures["new_query_reads"] == 4
+    assert figures["new_query_rounds_p50"] == [20.0, 30.0]
+    assert figures["new_query_api_cpu_ms_per_read"] == 10.0
+    assert figures["new_query_postgres_cpu_ms_per_read"] is None
+    assert figures["new_query_healthz_ms_p50"] == 2.0
+    assert figures["new_query_reads_differing"] == 1
+    assert rounds_stats([]) == {}
