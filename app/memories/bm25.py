@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from app.memories.lexical import lexical_terms
 
@@ -78,13 +78,13 @@ def search_terms(text: str, *, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
     return list(dict.fromkeys(index_terms(text)))[:max_terms]
 
 
-def term_matcher(query: str) -> Callable[[str], int]:
-    """How many of ``query``'s search terms a text contains, fast enough for every turn
-    of every candidate episode on the /context path: one regex pass per text, an
-    English stem counting where it starts a word ("paint" in "Painting"), a CJK bigram
-    or an identifier wherever it occurs. An approximation of ``index_terms`` (a stem
-    also starts longer words), used to share an episode's score among its turns."""
-    terms = search_terms(query)
+def term_matcher(terms: Sequence[str]) -> Callable[[str], int]:
+    """How many of a query's search ``terms`` (``search_terms(query)``) a text contains,
+    fast enough for every turn of every candidate episode on the /context path: one
+    regex pass per text, an English stem counting where it starts a word ("paint" in
+    "Painting"), a CJK bigram or an identifier wherever it occurs. An approximation of
+    ``index_terms`` (a stem also starts longer words), used to share an episode's score
+    among its turns."""
     words = [t for t in terms if _PLAIN_WORD.fullmatch(t)]
     others = [t for t in terms if not _PLAIN_WORD.fullmatch(t)]
     pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, words)) + ")") if words else None

@@ -78,10 +78,11 @@ def mmr_by(
     redundancy = [0.0] * len(remaining)
     picked: list[K] = []
     while remaining and len(picked) < top_k:
-        best = max(
-            range(len(remaining)),
-            key=lambda i: (lambda_ * remaining[i][1] - (1.0 - lambda_) * redundancy[i], -i),
-        )
+        gains = [
+            lambda_ * relevance - (1.0 - lambda_) * redundant
+            for (_, relevance), redundant in zip(remaining, redundancy, strict=True)
+        ]
+        best = gains.index(max(gains))  # the first of equals
         chosen = remaining.pop(best)[0]
         redundancy.pop(best)
         picked.append(chosen)

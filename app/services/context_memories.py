@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compression.render import detect_language
 from app.core.tokens import count_tokens
-from app.memories.bm25 import term_matcher
+from app.memories.bm25 import search_terms, term_matcher
 from app.memories.fuse import mmr_by
 from app.memories.gate import build_query, needs_retrieval
 from app.memories.when import date_label
@@ -156,9 +156,11 @@ async def memory_block(
     """The rendered block and the memories in it ('' and [] when there is nothing)."""
     found: list[MemoryRow] = []
     query = request.explicit_query or (request.latest_user[1] if request.latest_user else "")
+    terms: list[str] | None = None
     if request.top_k and needs_retrieval(query):
         if not request.explicit_query:
             query = build_query(query, request.recent_user_texts[:-1])
+        terms = search_terms(query)  # the lexical leg's, and the episodes' turns' share
         vector = None
         if request.explicit_query is None and embedder is not None and request.latest_user:
             if request.latest_user[0] == request.last_embedded_seq:
@@ -170,10 +172,14 @@ async def memory_block(
             k=request.top_k,
             embedder=embedder if (vector is not None or request.explicit_query) else None,
             query_vector=vector,
+            terms=terms,
         )
     found = [m for m in found if _visible(m, request)]
     turns, whole, pinned = await _turns(
-        db, request, [m for m in found if m.kind == "episode"], query
+        db,
+        request,
+        [m for m in found if m.kind == "episode"],
+        search_terms(query) if terms is None else terms,
     )
     pinned = [m for m in pinned if not _hidden(m, request)]
     seen = {m.id for m in pinned}
@@ -203,7 +209,7 @@ def _visible(m: MemoryRow, request: MemoryRequest) -> bool:
 
 
 async def _turns(
-    db: asyncpg.Connection, request: MemoryRequest, hits: Sequence[MemoryRow], query: str
+    db: asyncpg.Connection, request: MemoryRequest, hits: Sequence[MemoryRow], terms: list[str]
 ) -> tuple[list[_Turn], list[MemoryRow], list[MemoryRow]]:
     """Episode and turn hits as turns valued by what points at them, in pick order; the
     episodes that have no turn rows (indexed before turns were), to show whole; and the
@@ -245,7 +251,7 @@ async def _turns(
             continue
         key = (row.session_id, _seqs(row)[0])
         by_key.setdefault(key, _Turn(row, 0.0, *key))
-    extra = _episode_values(episodes, by_key, query)
+    extra = _episode_values(episodes, by_key, terms)
     for turn in direct.values():
         before = by_key.get((turn.session_pk, turn.seq - 1))
         after = by_key.get((turn.session_pk, turn.seq + 1))
@@ -279,13 +285,15 @@ def _shown_whole(
 
 
 def _episode_values(
-    episodes: Sequence[MemoryRow], turns: dict[tuple[int, int], _Turn], query: str
+    episodes: Sequence[MemoryRow], turns: dict[tuple[int, int], _Turn], terms: list[str]
 ) -> dict[tuple[int, int], float]:
     """What each turn gets from the best episode hit it is part of: the episode's score
     times the turn's share, from 1 for the turn that shares the most of the query's
-    words down to EPISODE_FLOOR for one that shares none (EPISODE_SHARE each when no
-    turn shares any: the episode was found by meaning)."""
-    matched = term_matcher(query)
+    words (``terms``) down to EPISODE_FLOOR for one that shares none (EPISODE_SHARE each
+    when no turn shares any: the episode was found by meaning)."""
+    if not episodes:
+        return {}
+    matched = term_matcher(terms)
     counts: dict[tuple[int, int], int] = {}
     out: dict[tuple[int, int], float] = {}
     for m in episodes:
@@ -320,13 +328,11 @@ def _diversify(ranked: list[_Turn], budget_tokens: int) -> list[_Turn]:
     top = max(t.density for t in head) or 1.0
     # Each turn's words as bits of one integer (a bit per word of the head): the
     # Jaccard similarity of two turns is then two popcounts, not two set operations.
-    vocabulary: dict[str, int] = {}
-    bits: dict[tuple[int, int], int] = {}
-    sizes: dict[tuple[int, int], int] = {}
-    for t in head:
-        words = set(_content(t.row).lower().split())
-        bits[t.key] = sum(1 << vocabulary.setdefault(w, len(vocabulary)) for w in words)
-        sizes[t.key] = len(words)
+    # (Which word gets which bit does not matter; map() keeps the loops in C.)
+    words = {t.key: set(_content(t.row).lower().split()) for t in head}
+    vocabulary = {w: 1 << i for i, w in enumerate(set().union(*words.values()))}
+    bits = {key: sum(map(vocabulary.__getitem__, ws)) for key, ws in words.items()}
+    sizes = {key: len(ws) for key, ws in words.items()}
 
     def similarity(a: tuple[int, int], b: tuple[int, int]) -> float:
         shared = (bits[a] & bits[b]).bit_count()

@@ -5,7 +5,6 @@ a search embeds at most its query."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
@@ -193,17 +192,22 @@ async def hybrid_search(
     query_vector: list[float] | None = None,
     embedding: asyncio.Future[list[list[float]]] | None = None,
     lexical: list[MemoryRow] | None = None,
+    terms: list[str] | None = None,
 ) -> list[MemoryRow]:
     """Vector and lexical candidates of one user, fused by reciprocal rank.
 
     The query is embedded (in the embedder's thread, or over HTTP) while the lexical
     leg runs on the connection: the search waits for the slower of the two, not both.
     ``embedding``: that embedding, already started by the caller (``embed_query``);
-    ``lexical``: the lexical leg's ranking, already read by the caller.
+    ``lexical``: the lexical leg's ranking, already read by the caller; ``terms``:
+    ``search_terms(query)``, when the caller has them already.
     """
     if embedding is None and query_vector is None and embedder is not None:
         embedding = embed_query(embedder, query)
-    terms = search_terms(query) if lexical is None else []
+    if lexical is not None:
+        terms = []
+    elif terms is None:
+        terms = search_terms(query)
     try:
         # both legs read through the driver
         db = conn if isinstance(conn, asyncpg.Connection) else await driver_connection(conn)
@@ -232,7 +236,7 @@ async def hybrid_search(
         rankings.append(lexical)
     rows = {str(r.id): r for ranking in rankings for r in ranking}
     fused = rrf([[str(r.id) for r in ranking] for ranking in rankings])
-    return [dataclasses.replace(rows[mid], score=round(score, 6)) for mid, score in fused[:k]]
+    return [rows[mid].scored(round(score, 6)) for mid, score in fused[:k]]
 
 
 def age_label(when: datetime, now: datetime) -> str:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from app.memories.bm25 import search_terms
 from app.services import context_memories as cm
 from app.stores.memories import MemoryRow
 
@@ -46,7 +47,9 @@ def test_the_turn_that_made_an_episode_match_is_worth_the_episode_its_small_talk
         "Ben: That sounds great!",
     )
     episode = row(1, "whole episode", [1, 2, 3], turn=False, score=0.04)
-    values = cm._episode_values([episode], held, "what did I buy for my brother's graduation")
+    values = cm._episode_values(
+        [episode], held, search_terms("what did I buy for my brother's graduation")
+    )
     assert values[(7, 2)] == pytest.approx(0.04)
     assert values[(7, 1)] == values[(7, 3)] == pytest.approx(0.04 * cm.EPISODE_FLOOR)
 
@@ -54,7 +57,7 @@ def test_the_turn_that_made_an_episode_match_is_worth_the_episode_its_small_talk
 def test_an_episode_found_by_meaning_alone_is_shared_evenly() -> None:
     held = turns("Ben: Lovely weather today.", "Ana: Indeed, sunny and warm.")
     episode = row(1, "whole episode", [1, 2], turn=False, score=0.03)
-    values = cm._episode_values([episode], held, "telescope purchase")
+    values = cm._episode_values([episode], held, search_terms("telescope purchase"))
     assert values == {k: pytest.approx(0.03 * cm.EPISODE_SHARE) for k in held}
 
 
@@ -62,7 +65,7 @@ def test_a_turn_keeps_the_best_of_the_episodes_it_is_part_of() -> None:
     held = turns("Ana: I bought a telescope.", "Ben: Nice.")
     weak = row(1, "episode a", [1, 2], turn=False, score=0.01)
     strong = row(2, "episode b", [1], turn=False, score=0.05)
-    values = cm._episode_values([weak, strong], held, "telescope")
+    values = cm._episode_values([weak, strong], held, search_terms("telescope"))
     assert values[(7, 1)] == pytest.approx(0.05)
     assert values[(7, 2)] == pytest.approx(0.01 * cm.EPISODE_FLOOR)
 

@@ -39,7 +39,7 @@ def test_index_terms_keep_repeats_and_search_terms_do_not() -> None:
 def test_term_matcher_counts_the_query_terms_a_text_has() -> None:
     from app.memories.bm25 import term_matcher
 
-    count = term_matcher("Which paintings did the twins sell in 上周, order K7-22?")
+    count = term_matcher(search_terms("Which paintings did the twins sell in 上周, order K7-22?"))
     # paint, twin, 上周 and the id (whole, and its parts k7 and 22); not sell, not order
     assert count("Painting sold well; the twins were happy. 上周 K7-22 shipped.") == 6
     assert count("Nothing relevant here at all.") == 0
