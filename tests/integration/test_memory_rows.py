@@ -1,0 +1,100 @@
+"""The searches on the /context path build their memories by column position, not by
+name (a hundred rows a read): each must give every field of the memory as the row
+read by name does, whichever statement (and whichever leading columns) it came from."""
+
+from __future__ import annotations
+
+import random
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.memories.bm25 import index_terms
+from app.stores import memories as repo
+from app.stores import sessions
+from app.stores.engine import driver_connection
+from tests.integration.test_memory_vectors import MODEL, unit
+
+BY_NAME = text(f"SELECT {repo.MEMORY_COLUMNS} FROM memories m WHERE m.id = ANY(:ids)")
+
+
+async def _memories(engine: AsyncEngine) -> tuple[int, int, list[float]]:
+    """A user with turn memories of one session (with sources, metadata, expiry and
+    vectors) and a pinned high-stakes fact; returns (user pk, session pk, a query)."""
+    rng = random.Random(11)
+    async with engine.begin() as conn:
+        await sessions.create_session(conn, tenant="default", session="s-rows", user="u-rows")
+        user_pk = await sessions.ensure_user(conn, tenant="default", user="u-rows")
+        session_pk = int(
+            (
+                await conn.execute(text("SELECT id FROM sessions WHERE external_id = 's-rows'"))
+            ).scalar_one()
+        )
+        query = unit(rng)
+        for seq in range(1, 9):
+            body = f"Turn {seq}: the harbour ferry leaves at {seq} pm"
+            await repo.insert_memory(
+                conn,
+                tenant="default",
+                user_pk=user_pk,
+                kind="episode",
+                text_=body,
+                text_key=body,
+                pinned=False,
+                ttl_days=30,
+                source={"session_id": "s-rows", "seqs": [seq], "from": "2024-05-07T10:00:00"},
+                metadata={"granularity": "turn", "tokens": 12 + seq},
+                terms=index_terms(body),
+                session_pk=session_pk,
+                turn_seq=seq,
+                embedding=unit(rng),
+                model=MODEL,
+            )
+        await repo.insert_memory(
+            conn,
+            tenant="default",
+            user_pk=user_pk,
+            kind="high_stakes",
+            text_="Allergic to peanuts",
+            text_key="peanuts",
+            pinned=True,
+            ttl_days=None,
+            source={"via": "api"},
+            metadata={"note": "pinned"},
+            terms=index_terms("Allergic to peanuts"),
+            embedding=query,
+            model=MODEL,
+        )
+    return user_pk, session_pk, query
+
+
+async def test_every_search_statement_builds_the_memory_read_by_name(
+    engine: AsyncEngine,
+) -> None:
+    user_pk, session_pk, query = await _memories(engine)
+    async with engine.connect() as conn:
+        db = await driver_connection(conn)
+        lexical = await repo.lexical_search(db, user_pk=user_pk, terms=["ferry"], k=5)
+        vector = await repo.vector_search(db, user_pk=user_pk, query=query, model=MODEL, k=5)
+        exact = [
+            repo._row_at(r, 0, scored=True)
+            for r in await db.fetch(repo.VECTOR_EXACT, user_pk, query, MODEL, None, 5)
+        ]
+        turns, pinned = await repo.turns_and_pinned(
+            db, user_pk=user_pk, pairs=[(session_pk, 2), (session_pk, 5)]
+        )
+        found = [*lexical, *vector, *exact, *turns, *pinned]
+        by_name = {
+            r.id: repo._row(r._mapping)
+            for r in await conn.execute(BY_NAME, {"ids": [m.id for m in found]})
+        }
+    assert len(lexical) == 5 and len(vector) == 5 and len(exact) == 5
+    assert [m.text for m in pinned] == ["Allergic to peanuts"]
+    assert sorted(m.source["seqs"][0] for m in turns) == [2, 5]
+    for m in found:
+        assert m.score is None or isinstance(m.score, float)
+        assert m.scored(None) == by_name[m.id], m.id
+    # The vector search's scores are the cosine similarities, best first.
+    assert vector[0].text == "Allergic to peanuts" and vector[0].score == 1.0
+    assert [m.score for m in vector] == [m.score for m in exact]
+    assert all(m.score is not None and 0 < m.score <= 10 for m in lexical)
