@@ -22,10 +22,10 @@ scored pass read are warm) and warmed by one read of an unrelated query; each re
 context must equal the scored pass's (the same retrieval, checked). Reported: p50 / p90
 of those reads, each round's p50, the API's and Postgres's CPU per read, and the load
 average; beside them the scored pass's first-budget reads (``…_first_pass``: each user's
-first read since Postgres started, 15 reads on LongMemEval_S). The run writes nothing to the database
-(the probe sessions are re-posted as duplicates) and ANALYZEs only the tables changed
-since their last ANALYZE, so reruns on a kept ``--data-dir`` read the same data with the
-same planner statistics.
+first read since Postgres started, 15 reads on LongMemEval_S). The run writes nothing to
+the database (the probe sessions are re-posted as duplicates) and ANALYZEs only the
+tables changed since their last ANALYZE, so reruns on a kept ``--data-dir`` read the
+same data with the same planner statistics.
 """
 
 from __future__ import annotations
@@ -315,24 +315,28 @@ async def ask_mnemo(
     return out
 
 
+def cpu_seconds_under(pid: int) -> float:
+    """CPU time of ``pid``, its threads and the processes under it so far, to the
+    nanosecond (``/proc/PID/task/*/schedstat``; ``/proc/PID/stat`` counts 10 ms ticks,
+    too coarse for the 15 reads of a round). Linux only; 0 for a process gone."""
+    total = 0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int((task / "schedstat").read_text().split()[0])
+                pending.extend(int(c) for c in (task / "children").read_text().split())
+    return total / 1e9
+
+
 def postgres_cpu_seconds(data_dir: Path) -> float | None:
-    """User + system CPU of the embedded Postgres in ``data_dir`` (its postmaster and
-    the processes under it) so far; None when it is not ours or not Linux."""
+    """CPU time of the embedded Postgres in ``data_dir`` (its postmaster and the
+    processes under it) so far; None when it is not ours."""
     try:
-        pending = [int((data_dir / "pg" / "postmaster.pid").read_text().split()[0])]
+        return cpu_seconds_under(int((data_dir / "pg" / "postmaster.pid").read_text().split()[0]))
     except (OSError, ValueError, IndexError):
         return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    while pending:
-        pid = pending.pop()
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
-            pending.extend(
-                int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            )
-    return total
 
 
 async def read_context(
@@ -371,7 +375,7 @@ async def latency_rounds(
         async with httpx.AsyncClient(base_url=service.base_url, timeout=300.0) as client:
             await read_context(client, questions[0].user_id, WARM_UP_QUERY, budget)
             load = os.getloadavg()[0]
-            api = service.cpu_by_role()
+            api = cpu_seconds_under(service.pid) if service.pid else None
             pg = postgres_cpu_seconds(pg_dir) if pg_dir else None
             ms: list[float] = []
             differ: list[str] = []
@@ -380,7 +384,7 @@ async def latency_rounds(
                 ms.append(round(elapsed, 3))
                 if body["text"] != expected.get(q.question_id):
                     differ.append(q.question_id)
-            api_after = service.cpu_by_role()
+            api_after = cpu_seconds_under(service.pid) if service.pid else None
             pg_after = postgres_cpu_seconds(pg_dir) if pg_dir else None
             healthz = []
             for _ in questions:
@@ -392,10 +396,10 @@ async def latency_rounds(
                 "ms": ms,
                 "api_cpu_s": None
                 if api is None or api_after is None
-                else round(api_after["api"] - api["api"], 3),
+                else round(api_after - api, 5),
                 "postgres_cpu_s": None
                 if pg is None or pg_after is None
-                else round(pg_after - pg, 3),
+                else round(pg_after - pg, 5),
                 "healthz_ms_p50": round(statistics.median(healthz), 3),
                 "loadavg_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
                 "differ": differ,
