@@ -60,27 +60,23 @@ class Ingested:
 
 # What a user turn states (its units: the rules, pinned facts, next steps and open items
 # a context read adds while the turn is live) is read here, once, so that no context
-# read has to read it from the text before the worker indexes the turn. The rule
-# extractor's cost grows with the text (about 3 ms of CPU per 1,000 characters), so
-# only texts of at most UNITS_MAX_CHARS, and at most UNITS_BUDGET_CHARS of them a post;
-# the worker reads the others when it indexes them (``units IS NULL``).
-UNITS_MAX_CHARS = 2_000
-UNITS_BUDGET_CHARS = 16_000
+# read has to read it from the text before the worker indexes the turn: for the post of
+# a conversation (user texts of at most UNITS_POST_CHARS in all). The rule extractor
+# costs about 3 ms of CPU per 1,000 characters: read at ingest, a bulk post of 100
+# messages would cost twice as much (batched ingest halved); its turns are read by the
+# worker when it indexes them (``units IS NULL``), and meanwhile once per process by
+# the reads (``live_notes.KEPT_READINGS``).
+UNITS_POST_CHARS = 2_000
 
 
 def units_at_ingest(turns: Sequence[PreparedTurn]) -> list[str | None]:
     """Each turn's units record (``live_notes.units_record``), or None: not a user turn
-    with text, or beyond the bounds above (left to the worker)."""
-    budget = UNITS_BUDGET_CHARS
-    out: list[str | None] = []
-    for t in turns:
-        size = len(t.content or "")
-        if t.role != "user" or not t.content or size > min(UNITS_MAX_CHARS, budget):
-            out.append(None)
-            continue
-        budget -= size
-        out.append(units_record(t.content))
-    return out
+    with text, or a post whose user texts exceed ``UNITS_POST_CHARS`` (left to the
+    worker)."""
+    said = [t.content if t.role == "user" and t.content else None for t in turns]
+    if sum(len(text) for text in said if text) > UNITS_POST_CHARS:
+        return [None] * len(turns)
+    return [units_record(text) if text else None for text in said]
 
 
 def _generated_id() -> str:

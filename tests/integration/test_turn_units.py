@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.compression.live_notes import RULES_STAMP, record_of, turn_units
 from app.compression.state import ConstraintUnit, dump_units
-from app.services.ingest import UNITS_MAX_CHARS
+from app.services.ingest import UNITS_POST_CHARS
 from tests.conftest import post_turns
 from tests.integration.test_change_notice import with_worker
 from tests.integration.test_context_live_changes import (
@@ -170,15 +170,19 @@ async def _forget_units(engine: AsyncEngine) -> None:
 async def test_ingest_stores_what_each_user_turn_states(
     unindexed: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
-    long = " ".join(["We should look at the replica lag again."] * 60)
-    assert len(long) > UNITS_MAX_CHARS
-    await _compacted_then(unindexed, [*_later(RULE), _msg("u7", "user", long)])
+    await _compacted_then(unindexed, _later(RULE))
+    # A bulk post (its user texts over UNITS_POST_CHARS in all) is left to the worker.
+    bulk = [
+        _msg(f"b{i}", "user", f"{i}. We should look at the replica lag again.") for i in range(60)
+    ]
+    assert sum(len(m["content"]) for m in bulk) > UNITS_POST_CHARS
+    assert (await post_turns(unindexed, "s", bulk)).status_code == 201
     # No turn is indexed (the index jobs wait an hour), yet each user turn is read.
     units = await _units(engine, compacted=False)
     assert [(u["kind"], u["text"]) for u in units["u5"]] == [("constraint", RULE)]
     assert units["u6"] == []  # read, and states nothing
     assert units["a5"] is None and units["r0"] is None  # only user turns are read
-    assert units["u7"] is None  # too long to read at ingest: left to the worker
+    assert all(units[f"b{i}"] is None for i in range(60))  # left to the worker
     # The read knows a record of nothing by its text, as Postgres prints it.
     async with engine.connect() as conn:
         printed = await conn.scalar(text("SELECT units::text FROM turns WHERE external_id = 'u6'"))
