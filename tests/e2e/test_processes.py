@@ -310,11 +310,12 @@ def test_serve_runs_its_job_worker_in_a_child_process(data_dir: Path) -> None:
         children = _descendants(server.process.pid)
         workers = [pid for pid in children if _is_job_worker(pid)]
         assert len(workers) == 1, [_cmdline(p) for p in children]
-        # Anything else is the worker's own (its isolated extraction process), not serve's.
+        # Anything else is the worker's own (its isolated extraction process), not serve's;
+        # a short-lived helper process that exited between the two reads of /proc is
+        # nobody's (its command line already reads empty).
         theirs = set(_descendants(workers[0]))
-        assert [p for p in children if p not in theirs and p != workers[0]] == [], [
-            _cmdline(p) for p in children
-        ]
+        others = [p for p in children if p not in theirs and p != workers[0] and _alive(p)]
+        assert others == [], [_cmdline(p) for p in children]
         with httpx.Client(base_url=server.url, timeout=30) as c:
             _compress_one_session(c)
             # Every thread of the worker and of its extraction process (the embedding
@@ -326,7 +327,8 @@ def test_serve_runs_its_job_worker_in_a_child_process(data_dir: Path) -> None:
             assert _priorities(server.process.pid) == {(os.SCHED_OTHER, ours)}
             # /metrics has the worker's counters beside the API process's own: what the
             # worker published (twice a second), so they come shortly after the job.
-            metrics = _metrics_once(c, r"^mnemo_compressions_total\{.*\} [1-9]")
+            # (An idle-class worker publishes late on a busy machine: wait generously.)
+            metrics = _metrics_once(c, r"^mnemo_compressions_total\{.*\} [1-9]", wait_s=60)
             assert re.search(r"^mnemo_jobs_total\{.*\} [1-9]", metrics, re.M)
             assert re.search(r"^mnemo_turns_ingested_total [1-9]", metrics, re.M)
         # The worker's Postgres backends are niced like the worker; the API's are not.
