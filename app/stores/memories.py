@@ -102,37 +102,8 @@ def _row_at(r: asyncpg.Record, start: int, *, scored: bool) -> MemoryRow:
     fields into the instance's ``__dict__`` would build it faster still, but every later
     attribute read of such an instance costs four times as much.)"""
     end = start + _COLUMNS
-    (
-        id_,
-        kind,
-        text_,
-        pinned,
-        source,
-        metadata,
-        created_at,
-        last_confirmed_at,
-        times_confirmed,
-        expires_at,
-        superseded_by,
-        session_id,
-        embedding_model,
-    ) = r[start:end]
-    return MemoryRow(
-        id_,
-        kind,
-        text_,
-        pinned,
-        source,
-        metadata,
-        created_at,
-        last_confirmed_at,
-        times_confirmed,
-        expires_at,
-        superseded_by,
-        session_id,
-        embedding_model,
-        float(r[end]) if scored else None,
-    )
+    values: tuple[Any, ...] = (*r[start:end], float(r[end]) if scored else None)
+    return MemoryRow(*values)
 
 
 def _row(r: Any, score: float | None = None) -> MemoryRow:
@@ -730,7 +701,7 @@ async def lexical_search_for_user(
     rows = await (await _driver(conn)).fetch(LEXICAL_FOR_USER, user, terms, kind, k, tenant)
     if not rows:
         return None
-    hits = [_row(r, float(r["score"])) for r in rows if r["id"] is not None]
+    hits = [_row_at(r, 1, scored=True) for r in rows if r["id"] is not None]  # after user_pk
     return int(rows[0]["user_pk"]), hits
 
 

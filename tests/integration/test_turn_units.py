@@ -5,7 +5,6 @@ one: ingest → compact → more turns → index → /context, against real Post
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,6 +27,7 @@ from tests.integration.test_context_live_changes import (
     _msg,
     _state_of,
 )
+from tests.integration.test_memory_promotion import settle
 
 RULE = "Never restart the primary during the migration."
 PLAIN = "Thanks for the update."
@@ -64,21 +64,9 @@ async def no_memory(db_url: str, engine: AsyncEngine) -> AsyncIterator[httpx.Asy
         yield c
 
 
-async def _indexed(engine: AsyncEngine, timeout_s: float = 60) -> None:
+async def _indexed(engine: AsyncEngine) -> None:
     """Wait until no job is queued or running."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        async with engine.connect() as conn:
-            busy = (
-                await conn.execute(
-                    text("SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')")
-                )
-            ).scalar_one()
-        if not busy:
-            return
-        assert loop.time() < deadline, "jobs did not finish"
-        await asyncio.sleep(0.05)
+    await settle(None, engine)  # type: ignore[arg-type]  # settle does not use its client
 
 
 async def _units(engine: AsyncEngine, *, compacted: bool | None = None) -> dict[str, Any]:
