@@ -107,14 +107,15 @@ EventIdPath = Annotated[int, Path(ge=1, le=INT8_MAX, description="A compression 
 MemoryIdPath = Annotated[int, Path(ge=1, le=INT8_MAX, description="A memory id.")]
 
 
-async def own_session(
-    session_id: SessionIdPath, tenant: TenantDep, agent: AgentDep, engine: EngineDep
-) -> None:
+async def own_session(session_id: SessionIdPath, request: Request, caller: PrincipalDep) -> None:
     """A key bound to an agent reaches only that agent's sessions: another agent's
     session is 404, as if it did not exist (an unknown one is left to the route)."""
+    agent = caller.agent
     if agent is None:
         return
-    async with engine.connect() as conn:
-        exists, owner = await tasks_store.session_agent(conn, tenant=tenant, session=session_id)
+    async with request.app.state.engine.connect() as conn:
+        exists, owner = await tasks_store.session_agent(
+            conn, tenant=caller.tenant_id, session=session_id
+        )
     if exists and not sees_session(agent, owner):
         raise NotFound(f"session {session_id!r} not found")
