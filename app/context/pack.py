@@ -85,11 +85,13 @@ def pack(
     max_tokens: int,
     count: Callable[[str], int],
     cut: bool = True,
+    grouped: Sequence[Sequence[RecentTurn]] | None = None,
 ) -> Packed:
     """Blocks first (each trimmed if it alone is too big), then recent turns, newest first.
 
     ``cut=False`` only says which turns are placed: the group at the edge that would
     be placed cut is placed whole (no tokenizing), so the total may exceed the budget.
+    ``grouped``: ``group_turns(recent)``, from a caller that packs the same turns again.
     """
     system_parts: list[str] = []
     block_sizes: list[tuple[str, int]] = []
@@ -117,8 +119,8 @@ def pack(
         system_text = truncate_to_tokens(system_text, budget - count(TRUNCATION_MARK) - 1)
         system_text += TRUNCATION_MARK
         total = MESSAGE_OVERHEAD_TOKENS + count(system_text)
-    chosen: list[list[RecentTurn]] = []
-    groups = group_turns(recent)
+    chosen: list[Sequence[RecentTurn]] = []
+    groups = group_turns(recent) if grouped is None else grouped
     dropped = 0
     for index in range(len(groups) - 1, -1, -1):
         group = groups[index]
@@ -165,12 +167,19 @@ def choose_tier(block: Block, room: int, count: Callable[[str], int]) -> Block:
     return Block(block.kind, options[-1] if options else "")
 
 
-def window_tokens(recent: Sequence[RecentTurn], groups: int, max_tokens: int) -> int:
+def window_tokens(
+    recent: Sequence[RecentTurn],
+    groups: int,
+    max_tokens: int,
+    *,
+    grouped: Sequence[Sequence[RecentTurn]] | None = None,
+) -> int:
     """What the working window costs: the newest ``groups`` turn groups (a tool call with
-    its results is one), as ``pack`` places them, at most ``max_tokens``."""
+    its results is one), as ``pack`` places them, at most ``max_tokens``. ``grouped``:
+    ``group_turns(recent)``, when the caller has it."""
     total = 0
     placed = 0
-    for group in reversed(group_turns(recent)):
+    for group in reversed(group_turns(recent) if grouped is None else grouped):
         if placed == groups:
             break
         if _is_orphan(group):

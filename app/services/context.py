@@ -32,6 +32,7 @@ from app.context.pack import (
     RecentTurn,
     as_text,
     choose_tier,
+    group_turns,
     pack,
     window_tokens,
 )
@@ -166,6 +167,7 @@ def _left_out(
 def _with_live_notes(
     blocks: list[Block],
     recent: list[RecentTurn],
+    grouped: list[list[RecentTurn]],
     seqs: list[int],
     live: list[LiveTurn],
     renderings: list[str],
@@ -181,7 +183,12 @@ def _with_live_notes(
     left: set[int] = set()
     for _ in range(LIVE_NOTE_ROUNDS):
         trial = pack(
-            blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens, cut=False
+            blocks=blocks,
+            recent=recent,
+            max_tokens=max_tokens,
+            count=count_tokens,
+            cut=False,
+            grouped=grouped,
         )
         now_left = _left_out(live, recent, seqs, trial)
         if now_left <= left:
@@ -290,8 +297,12 @@ async def build_context(
     # Budget: the working window and the task state first (the largest of the
     # renderings stored at compression time that fits beside the window), then
     # memory and older live turns.
+    grouped = group_turns(recent)  # once: the window, the trial packs and the packing
     window = window_tokens(
-        recent, memory.window_turns if memory else 3, max_tokens - MESSAGE_OVERHEAD_TOKENS
+        recent,
+        memory.window_turns if memory else 3,
+        max_tokens - MESSAGE_OVERHEAD_TOKENS,
+        grouped=grouped,
     )
     # A session of a task: the task's shared state first, then the session's own.
     room = max_tokens - MESSAGE_OVERHEAD_TOKENS - window
@@ -359,13 +370,16 @@ async def build_context(
         blocks[1] = _with_live_notes(
             blocks,
             recent,
+            grouped,
             [r["seq"] for r in candidates],
             live,
             renderings,
             state_block,
             max_tokens,
         )
-    packed = pack(blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens)
+    packed = pack(
+        blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens, grouped=grouped
+    )
     return Context(
         session_id=session,
         user_id=head["user_external"],
