@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench._replay import shared_data
+from bench._results import write_result
 
 
 def reads_per_user_turn(sessions: Iterable[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
@@ -78,9 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" second {r['second_reads']}, third or later {r['third_or_later_reads']}"
             f" -> at most {r['cache_hit_upper_bound']:.1%} of reads could reuse a memory block"
         )
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.out}", file=sys.stderr)
+    write_result(args.out, result)
     return 0
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import json
 import statistics
 import sys
 import time
@@ -50,6 +49,7 @@ import httpx
 from sqlalchemy.engine import URL, make_url
 
 from app.stores.embedded import stop_embedded
+from bench._results import write_result
 from bench._service import Service
 from bench.latency import (
     DEFAULTS,
@@ -247,9 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         " of the sessions read had no stored units; the same reads again: p50"
         f" {result['again_cpu_ms']['p50']} ms, mean {result['again_cpu_ms']['mean']} ms"
     )
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.out}", file=sys.stderr)
+    write_result(args.out, result)
     return 0
 
 

@@ -21,9 +21,7 @@ figure: it is done once per turn, not once per read.
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +31,7 @@ from app.compression import live_notes
 from app.compression.live import LiveTurn
 from app.compression.render import render
 from app.compression.state import Goal, TaskState
+from bench._results import write_result
 from bench.latency import session_messages
 
 SESSIONS, MESSAGES, LIVE = 200, 110, 70
@@ -108,9 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" {added} note lines;"
         f" same notes read by read: {same}"
     )
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {args.out}", file=sys.stderr)
+    write_result(args.out, result)
     return 0 if same else 1
 
 

@@ -51,6 +51,7 @@ from typing import Any
 
 import httpx
 
+from bench._results import write_result
 from bench._service import REPO_ROOT, Service, running_service
 
 # The targets the figures are judged against (1,000 sessions × 200 turns, 8 clients).
@@ -688,10 +689,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     result["figures"] = headline(result)
     result["meets_target"] = verdicts(result["figures"])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     print_report(result)
-    print(f"wrote {args.out}", file=sys.stderr)
+    write_result(args.out, result)
     errors = sum(p["errors"] for p in result["phases"].values())
     return 1 if errors else 0
 
