@@ -58,12 +58,12 @@ def positional(statement: TextClause) -> tuple[str, tuple[str, ...]]:
     return compiled.string, tuple(compiled.positiontup or ())
 
 
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode()
 
 
 def _jsonb_binary(value: Any) -> bytes:
-    return JSONB_VERSION + _json_text(value).encode()
+    return JSONB_VERSION + _json_bytes(value)
 
 
 def _jsonb_value(data: bytes) -> Any:
@@ -85,8 +85,10 @@ async def register_codecs(conn: asyncpg.Connection) -> None:
     A database not migrated yet has no ``vector`` type; a connection opened then
     has no vector codec, so ``upgrade_to_head`` closes the connections it used.
     """
+    # json's binary form is its text: the decoder gets the bytes as they came (the
+    # context read's turns, ~20 kB), not a str the driver decoded and ``loads`` encodes.
     await conn.set_type_codec(
-        "json", schema="pg_catalog", encoder=_json_text, decoder=jsonio.loads, format="text"
+        "json", schema="pg_catalog", encoder=_json_bytes, decoder=jsonio.loads, format="binary"
     )
     await conn.set_type_codec(
         "jsonb",
