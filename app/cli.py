@@ -9,10 +9,8 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -178,7 +176,9 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
     import uvicorn
 
     os.environ["MNEMO_DATABASE_URL"] = url
-    worker = None
+    from app.supervisor import LAG_CHECK_EVERY_S, KeptAlive, LagGuard
+
+    worker = guard = None
     published = temporary = None
     if settings.embedded_worker:
         # The worker's counters (compressions, jobs, …) reach the API's /metrics through
@@ -197,6 +197,16 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
             command.append("--embedded-database")  # started by this process, on this host
         worker = KeptAlive(command)
         worker.start()
+        if settings.worker_idle and settings.worker_lag_limit_s > 0:
+            # An idle-class worker never runs on a machine whose CPU is never idle: past
+            # the limit, it is replaced by one at its niceness alone (app/supervisor.py).
+            guard = LagGuard(
+                worker,
+                url,
+                limit_s=settings.worker_lag_limit_s,
+                every_s=min(LAG_CHECK_EVERY_S, settings.worker_lag_limit_s / 4),
+            )
+            guard.start()
     os.environ["MNEMO_EMBEDDED_WORKER"] = "false"
     try:
         if workers > 1:
@@ -215,6 +225,8 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
             api = settings.model_copy(update={"embedded_worker": False})
             uvicorn.run(create_app(api, database_url=url), **_uvicorn_options(settings))
     finally:
+        if guard is not None:
+            guard.stop()
         if worker is not None:
             worker.stop()
         if temporary is not None:
@@ -248,70 +260,6 @@ def own_listener(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
-
-
-class KeptAlive:
-    """A child process started again whenever it exits, until ``stop``: the job worker of
-    ``mnemo serve --workers N`` (uvicorn restarts the API processes itself).
-
-    A watcher thread waits on the child. A child that dies within ``STABLE_S`` of its
-    start is restarted after a delay that doubles up to ``MAX_DELAY_S`` (a worker that
-    cannot start, e.g. a broken configuration, does not spin); one that ran longer is
-    restarted after ``MIN_DELAY_S``.
-    """
-
-    MIN_DELAY_S = 1.0
-    MAX_DELAY_S = 30.0
-    STABLE_S = 60.0
-
-    def __init__(self, argv: list[str]) -> None:
-        self.argv = argv
-        self.process: subprocess.Popen[bytes] | None = None
-        self.restarts = 0
-        self._stopping = threading.Event()
-        self._lock = threading.Lock()
-        self._watcher = threading.Thread(target=self._watch, name="job-worker", daemon=True)
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(self.argv)
-        self._watcher.start()
-
-    def _watch(self) -> None:
-        delay = self.MIN_DELAY_S
-        while True:
-            assert self.process is not None
-            started = time.monotonic()
-            code = self.process.wait()
-            if self._stopping.is_set():
-                return
-            delay = self.MIN_DELAY_S if time.monotonic() - started > self.STABLE_S else delay
-            print(
-                f"mnemo serve: the job worker exited ({code}); starting it again in {delay:.0f} s",
-                file=sys.stderr,
-            )
-            if self._stopping.wait(delay):
-                return
-            with self._lock:
-                if self._stopping.is_set():
-                    return
-                self.process = subprocess.Popen(self.argv)
-                self.restarts += 1
-            delay = min(delay * 2, self.MAX_DELAY_S)
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop restarting, then SIGTERM the child (SIGKILL after ``timeout_s``)."""
-        with self._lock:
-            self._stopping.set()
-            process = self.process
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        self._watcher.join(5)
 
 
 def api_from_environment() -> FastAPI:

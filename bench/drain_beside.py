@@ -39,15 +39,14 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 
 from app.core.priority import threads
+from bench._clients import closed, get, keepalive_clients, median, p50_p99_ms
+from bench._clients import parser as bench_parser
 from bench._service import Service, running_service
 from bench.drain import WAITING, load
 from bench.hotpaths_adds import _cpu, _tree
-from bench.latency import percentile
 
-CLIENTS = 8
 CONDITIONS = ("stopped", "nice", "idle")
 DONE = "SELECT count(*) FROM jobs WHERE status = 'done'"
 
@@ -87,36 +86,17 @@ async def count(dsn: str, sql: str) -> int:
         await conn.close()
 
 
-async def phase(clients: list[httpx.AsyncClient], paths: list[str]) -> tuple[list[float], float]:
-    latencies: list[float] = []
-    queue = list(reversed(paths))
-    began = time.perf_counter()
-
-    async def loop(client: httpx.AsyncClient) -> None:
-        while queue:
-            path = queue.pop()
-            t = time.perf_counter()
-            (await client.get(path)).raise_for_status()
-            latencies.append(time.perf_counter() - t)
-
-    await asyncio.gather(*(loop(c) for c in clients))
-    return sorted(latencies), time.perf_counter() - began
-
-
 async def rounds(
     service: Service, args: argparse.Namespace, pids: list[int]
 ) -> list[dict[str, Any]]:
     dsn = f"postgresql://postgres@/mnemo?host={service.data_dir / 'pg'}"
     rng = random.Random(args.seed + 2)
     sessions = [f"bench-s{i}" for i in range(args.sessions)]
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    clients = [
-        httpx.AsyncClient(base_url=service.base_url, limits=limits, timeout=60)
-        for _ in range(CLIENTS)
-    ]
+    context = get(lambda: f"/v1/sessions/{rng.choice(sessions)}/context")
+    clients = keepalive_clients(service.base_url)
     out = []
     try:
-        await phase(clients, [f"/v1/sessions/{rng.choice(sessions)}/context" for _ in range(200)])
+        await closed(clients, context, 200)
         for r in range(args.rounds):
             order = CONDITIONS[r % 3 :] + CONDITIONS[: r % 3]
             for condition in order:
@@ -125,24 +105,23 @@ async def rounds(
                 api = [p for p in _tree(service.pid or 0) if p not in pids]
                 worker_before = sum(_cpu(p) for p in pids)
                 load_1m = os.getloadavg()[0]
-                health, _ = await phase(clients, ["/healthz"] * args.requests)
-                paths = [
-                    f"/v1/sessions/{rng.choice(sessions)}/context" for _ in range(args.requests)
-                ]
+                health, _ = await closed(clients, get("/healthz"), args.requests)
                 api_before = sum(_cpu(p) for p in api)
-                context, wall = await phase(clients, paths)
+                reads, wall = await closed(clients, context, args.requests)
                 api_cpu = sum(_cpu(p) for p in api) - api_before
+                health_p50, health_p99 = p50_p99_ms(health)
+                context_p50, context_p99 = p50_p99_ms(reads)
                 out.append(
                     {
                         "round": r + 1,
                         "condition": condition,
                         "load_1m": round(load_1m, 2),
-                        "healthz_p50_ms": round(percentile(health, 50) * 1000, 2),
-                        "healthz_p99_ms": round(percentile(health, 99) * 1000, 2),
-                        "context_p50_ms": round(percentile(context, 50) * 1000, 2),
-                        "context_p99_ms": round(percentile(context, 99) * 1000, 2),
-                        "context_req_s": round(len(context) / wall, 1),
-                        "api_cpu_ms_per_read": round(1000 * api_cpu / len(context), 3),
+                        "healthz_p50_ms": health_p50,
+                        "healthz_p99_ms": health_p99,
+                        "context_p50_ms": context_p50,
+                        "context_p99_ms": context_p99,
+                        "context_req_s": round(len(reads) / wall, 1),
+                        "api_cpu_ms_per_read": round(1000 * api_cpu / len(reads), 3),
                         "worker_cpu_s": round(sum(_cpu(p) for p in pids) - worker_before, 2),
                         "jobs_done": await count(dsn, DONE) - done_before,
                         "jobs_waiting": await count(dsn, WAITING),
@@ -156,10 +135,6 @@ async def rounds(
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    def median(values: list[float]) -> float:
-        values = sorted(values)
-        return values[len(values) // 2]
-
     table = {}
     for condition in CONDITIONS:
         mine = [r for r in runs if r["condition"] == condition]
@@ -176,19 +151,13 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.drain_beside",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--out", type=Path, required=True)
+    parser = bench_parser("python -m bench.drain_beside", __doc__)
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--singles", type=int, default=2000)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     with running_service() as service:
         pids = worker_tree(service)

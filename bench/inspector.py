@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
 from app.core.config import Settings
 from app.main import create_app
@@ -118,7 +119,7 @@ async def main(p: argparse.Namespace) -> None:
         await upgrade_to_head(engine)
         settings = Settings(
             _env_file=None,  # type: ignore[call-arg]
-            database_url=url,
+            database_url=SecretStr(url),
             embedded_worker=False,
             embedder="hash",
             index_delay_s=0.0,

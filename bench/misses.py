@@ -57,7 +57,7 @@ def _views(session: Session) -> list[TurnView]:
 
 def _needed(item: Planted) -> str:
     """What the agent still knows about a lost item (never its identifying phrases)."""
-    if item.kind == "parameter" and item.name:
+    if item.kind.startswith("parameter") and item.name:
         return item.name
     text = item.text
     for phrase in (*item.phrases, item.value, *item.old_values):

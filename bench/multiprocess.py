@@ -34,17 +34,17 @@ import random
 import resource
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
+from bench._clients import Send, closed, keepalive_clients, p50_p99_ms
+from bench._clients import parser as bench_parser
 from bench._service import Service, running_service
 from bench.hotpaths_adds import _children, _cpu, _tree
-from bench.latency import _loadavg, percentile, session_messages
+from bench.latency import _loadavg, session_messages
 
-CLIENTS = 8
 WARMUP = 200
 
 
@@ -72,23 +72,6 @@ def load(service: Service, args: argparse.Namespace) -> list[str]:
                 body = {"user_id": f"mp-u{i % 16}", "messages": messages[at : at + 100]}
                 client.post(f"/v1/sessions/{s}/turns", json=body).raise_for_status()
     return names
-
-
-Send = Callable[[httpx.AsyncClient], Awaitable[float]]
-
-
-async def closed(clients: list[httpx.AsyncClient], send: Send, total: int) -> list[float]:
-    latencies: list[float] = []
-    left = total
-
-    async def loop(client: httpx.AsyncClient) -> None:
-        nonlocal left
-        while left > 0:
-            left -= 1
-            latencies.append(await send(client))
-
-    await asyncio.gather(*(loop(c) for c in clients))
-    return latencies
 
 
 async def open_loop(
@@ -123,11 +106,7 @@ async def open_loop(
 
 async def phases(service: Service, args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     rng = random.Random(args.seed + 1)
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    clients = [
-        httpx.AsyncClient(base_url=service.base_url, limits=limits, timeout=60)
-        for _ in range(CLIENTS)
-    ]
+    clients = keepalive_clients(service.base_url)
     errors = 0
 
     async def send(client: httpx.AsyncClient) -> float:
@@ -143,16 +122,17 @@ async def phases(service: Service, args: argparse.Namespace, names: list[str]) -
         for name in ("closed", "open"):
             before, began = cpu_now(service), time.perf_counter()
             if name == "closed":
-                latencies = sorted(await closed(clients, send, args.requests))
+                latencies, _ = await closed(clients, send, args.requests)
             else:
                 latencies = sorted(await open_loop(clients, send, args.requests, args.rate))
             wall = time.perf_counter() - began
             after = cpu_now(service)
             used = {k: after[k] - before[k] for k in after}
+            p50, p99 = p50_p99_ms(latencies)
             out[name] = {
                 "req_s": round(len(latencies) / wall, 1),
-                "p50_ms": round(percentile(latencies, 50) * 1000, 2),
-                "p99_ms": round(percentile(latencies, 99) * 1000, 2),
+                "p50_ms": p50,
+                "p99_ms": p99,
                 "wall_s": round(wall, 2),
                 "cpu_ms_per_read": {
                     k: round(1000 * v / len(latencies), 3) for k, v in used.items()
@@ -180,19 +160,13 @@ def one_run(args: argparse.Namespace, workers: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.multiprocess",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--out", type=Path, required=True)
+    parser = bench_parser("python -m bench.multiprocess", __doc__)
     parser.add_argument("--sessions", type=int, default=60)
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--rate", type=float, default=250.0, help="open phase, reads/s")
     parser.add_argument("--client-cpus", default="0", help="pin the load generator ('' : no)")
     parser.add_argument("--rounds", type=int, default=2, help="pairs 1,2 then 2,1, …")
-    parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     args.client_cpus = args.client_cpus or None
     runs = []

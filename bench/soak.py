@@ -49,8 +49,11 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.stores.queue import OLDEST_DUE
 from bench._service import Service, running_service
 from bench.latency import CHINESE, _loadavg, _sentence, exchange, machine, percentile
+
+LAG_EVERY_S = 5.0  # how often the queue's lag is read during the load
 
 # What the figures are judged against (32 clients, 2 shared cores).
 TARGETS = {
@@ -635,8 +638,14 @@ async def soak(base_url: str, args: argparse.Namespace, service: Service | None)
         rec.measuring = True
         cpu0, srv0 = time.process_time(), service.cpu_seconds() if service else None
         began = time.perf_counter()
+        lags: list[float | None] = []
+        sampling = asyncio.create_task(sample_lag(service, lags)) if service else None
         await run_clients(soaks, args.duration, args.think_ms / 1000)
         seconds = time.perf_counter() - began
+        if sampling is not None:
+            sampling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampling
         rec.measuring = False
         client_cpu = time.process_time() - cpu0
         srv1 = service.cpu_seconds() if service else None
@@ -673,6 +682,8 @@ async def soak(base_url: str, args: argparse.Namespace, service: Service | None)
         "queue_after_load": after_load["queue"]
         | {"oldest_age_s": after_load["queue_oldest_age_s"]},
         "queue_after_drain": drained["queue"],
+        "lag_during_load": lag_figures(lags),
+        "worker_switches": worker_switches(service),
         "drain_wait_s": round(waited, 1),
         "jobs": drained["jobs"],
         "server_cpu_s": None if srv0 is None or srv1 is None else round(srv1 - srv0, 1),
@@ -681,6 +692,43 @@ async def soak(base_url: str, args: argparse.Namespace, service: Service | None)
         | {"failures": audit.failures, "seconds": round(audit_s, 1)},
         "audit_examples": audit.examples,
     }
+
+
+async def sample_lag(
+    service: Service, out: list[float | None], every_s: float = LAG_EVERY_S
+) -> None:
+    """Every ``every_s``, the queue's lag: how long the longest-waiting due job has
+    waited (what `mnemo serve`'s lag guard reads; None: no job due), from the database."""
+    import asyncpg
+
+    conn = await asyncpg.connect(
+        host=str(service.data_dir / "pg"), user="postgres", database="mnemo"
+    )
+    try:
+        while True:
+            waited = await conn.fetchval(OLDEST_DUE.text)
+            out.append(None if waited is None else float(waited))
+            await asyncio.sleep(every_s)
+    finally:
+        await conn.close()
+
+
+def lag_figures(lags: Sequence[float | None]) -> dict[str, Any]:
+    seen = [x or 0.0 for x in lags]
+    return {
+        "samples": len(seen),
+        "every_s": LAG_EVERY_S,
+        "max_s": round(max(seen), 1) if seen else None,
+        "last_s": round(seen[-1], 1) if seen else None,
+        "series_s": [round(x) for x in seen],
+    }
+
+
+def worker_switches(service: Service | None) -> list[str]:
+    """The lag guard's lines in serve's log (its job worker replaced, and why)."""
+    if service is None or not service.log_path.exists():
+        return []
+    return [line for line in service.log_path.read_text().splitlines() if "restarts" in line]
 
 
 def figures_of(result: dict[str, Any]) -> dict[str, float]:
@@ -749,6 +797,13 @@ def print_report(result: dict[str, Any]) -> None:
         f"  job queue after the load {result['queue_after_load']}, after draining "
         f"{result['queue_after_drain']}"
     )
+    lag = result["lag_during_load"]
+    print(
+        f"  queue lag during the load (oldest due job's wait, every {lag['every_s']:g} s):"
+        f" max {lag['max_s']} s, last {lag['last_s']} s; {lag['series_s']}"
+    )
+    for line in result["worker_switches"]:
+        print(f"  {line}")
     a = result["audit"]
     print(
         f"  audit: {a['sessions']} sessions, {a['acked']} acknowledged turns, "

@@ -64,6 +64,13 @@ class Settings(BaseSettings):
         description="That child process, every thread of it, runs at Linux's SCHED_IDLE"
         " priority: only on CPU time no other process wants (false: its niceness alone).",
     )
+    worker_lag_limit_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="When a due job has waited longer than this, `mnemo serve` restarts its"
+        " idle-class job worker at its niceness alone (never starved), and idle-class again"
+        " once no due job has waited more than a quarter of it (0: never).",
+    )
 
     # Context assembly
     context_max_tokens: int = Field(default=2500, ge=64, le=1_000_000)

@@ -216,6 +216,14 @@ QUEUE_STATS = text("""
     GROUP BY status
 """)
 
+# oldest_due: how long the job that has been runnable longest has waited, in seconds
+# (queued and due: a job waiting out a retry backoff is not late yet); the lag of the
+# workers. Walks the partial index of waiting jobs, never the finished ones.
+OLDEST_DUE = text("""
+    SELECT extract(epoch FROM now() - min(run_after)) AS waited
+    FROM jobs WHERE status = 'queued' AND run_after <= now()
+""")
+
 
 @dataclass(frozen=True)
 class JobStatus:
@@ -368,6 +376,12 @@ async def make_manual(conn: AsyncConnection, *, job_id: int) -> None:
 async def job_status(conn: AsyncConnection, *, job_id: int) -> JobStatus:
     row = (await conn.execute(JOB_STATUS, {"id": job_id})).one()
     return JobStatus(status=row.status, last_error=row.last_error)
+
+
+async def oldest_due_s(conn: AsyncConnection) -> float | None:
+    """Seconds the longest-waiting due job has waited; None when no job is due."""
+    waited = (await conn.execute(OLDEST_DUE)).scalar()
+    return None if waited is None else float(waited)
 
 
 async def queue_stats(conn: AsyncConnection) -> list[StatusCount]:

@@ -596,7 +596,7 @@ def summarise(
     return out
 
 
-def context_stats(mnemo: Mapping[str, Mapping[str, Any]], budgets: Sequence[int]) -> dict:
+def context_stats(mnemo: Mapping[str, Mapping[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for budget in budgets:
         ms = [float(m["contexts"][str(budget)]["ms"]) for m in mnemo.values()]
@@ -621,7 +621,7 @@ def context_stats(mnemo: Mapping[str, Mapping[str, Any]], budgets: Sequence[int]
 
 def verdicts(
     spec: Spec, summary: Mapping[str, Any], figures: Mapping[str, Any], budgets: Sequence[int]
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     out = []
 
     def add(metric: str, group: str, op: str, target: float, actual: float | None) -> None:

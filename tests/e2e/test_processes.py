@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -344,6 +344,105 @@ def test_serve_runs_its_job_worker_in_a_child_process(data_dir: Path) -> None:
         time.sleep(0.1)
     assert not [_cmdline(pid) for pid in children if _alive(pid)]
     assert not (data_dir / "pg" / "postmaster.pid").exists()
+
+
+def test_a_starved_job_worker_is_replaced_by_a_niced_one_then_idle_again(
+    data_dir: Path,
+) -> None:
+    """An idle-class worker that gets no CPU (here SIGSTOPped: what SCHED_IDLE gets on a
+    machine whose CPU is never idle) lets the due jobs wait. Past MNEMO_WORKER_LAG_LIMIT_S
+    serve starts a worker at its niceness alone, normal policy, which runs the backlog:
+    every job once (one compression event per compression job, none dead), every turn
+    once; then, the backlog cleared, an idle-class worker again."""
+    env = SMALL_WINDOW | {"MNEMO_WORKER_LAG_LIMIT_S": "2", "MNEMO_JOB_LEASE_S": "3"}
+    server = start_server(data_dir, env=env)
+    ours = os.getpriority(os.PRIO_PROCESS, 0)  # the suite may itself run niced
+    try:
+        [starved] = [p for p in _descendants(server.process.pid) if _is_job_worker(p)]
+        os.kill(starved, signal.SIGSTOP)
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            for session in range(3):
+                for b in range(BATCHES):
+                    r = c.post(
+                        f"/v1/sessions/w{session}/turns",
+                        json={"user_id": "u", "messages": _batch(session, b)},
+                    )
+                    assert r.status_code == 201, r.text
+            # The worker serve starts instead: seen once it lowered itself (its first
+            # line), and held still while its threads are read.
+            niced = _new_job_worker(server, {starved}, lambda pid: _lowest_nice(pid) >= 10)
+            os.kill(niced, signal.SIGSTOP)
+            try:
+                assert _priorities(niced) == {(os.SCHED_OTHER, max(ours, 10))}
+            finally:
+                os.kill(niced, signal.SIGCONT)
+            _new_job_worker(
+                server,
+                {starved, niced},
+                lambda pid: _priorities(pid) == {(os.SCHED_IDLE, max(ours, 10))},
+                wait_s=180,
+            )
+            deadline = time.monotonic() + 60  # replaced ones are stopped, not waited for
+            while time.monotonic() < deadline and (_alive(starved) or _alive(niced)):
+                time.sleep(0.1)
+            assert not _alive(starved) and not _alive(niced)
+            # The idle-class worker runs what was left (the backlog counts as cleared
+            # once no due job has waited more than a quarter of the limit).
+            deadline = time.monotonic() + 120
+            while True:
+                sessions = [c.get(f"/v1/sessions/w{i}").json() for i in range(3)]
+                if not any(s["pending_jobs"] for s in sessions):
+                    break
+                assert time.monotonic() < deadline, sessions
+                time.sleep(0.3)
+        assert all(s["compressions"] >= 1 and not s["pending_jobs"] for s in sessions), sessions
+        jobs, events, turns = asyncio.run(_jobs_events_turns(data_dir))
+        assert {status for status, _ in jobs} == {"done"}, jobs
+        assert sum(kind == "compress" for _, kind in jobs) == events
+        assert turns == {f"w{i}": list(range(1, BATCHES * 4 + 1)) for i in range(3)}
+        log = server.log.read_text()
+        assert log.index("restarts niced") < log.index("restarts idle"), log
+    finally:
+        server.stop()
+
+
+def _new_job_worker(
+    server: Server, old: set[int], ready: Callable[[int], bool], wait_s: float = 60
+) -> int:
+    """The job worker serve runs now, once it is none of ``old`` and ``ready``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for pid in _descendants(server.process.pid):
+            if pid not in old and _is_job_worker(pid):
+                with contextlib.suppress(OSError):
+                    if ready(pid):
+                        return pid
+        assert time.monotonic() < deadline, server.log.read_text()
+        time.sleep(0.01)
+
+
+def _lowest_nice(pid: int) -> int:
+    return min(nice for _, nice in _priorities(pid))
+
+
+async def _jobs_events_turns(
+    data_dir: Path,
+) -> tuple[list[tuple[str, str]], int, dict[str, list[int]]]:
+    """(status, kind) of every job, the compression events, each session's turn seqs."""
+    conn = await asyncpg.connect(host=str(data_dir / "pg"), user="postgres", database="mnemo")
+    try:
+        jobs = [(r["status"], r["kind"]) for r in await conn.fetch("SELECT * FROM jobs")]
+        events = await conn.fetchval("SELECT count(*) FROM compression_events")
+        rows = await conn.fetch(
+            "SELECT s.external_id, t.seq FROM turns t JOIN sessions s ON s.id = t.session_id"
+            " ORDER BY s.external_id, t.seq"
+        )
+    finally:
+        await conn.close()
+    turns: dict[str, list[int]] = {}
+    for r in rows:
+        turns.setdefault(r["external_id"], []).append(r["seq"])
+    return jobs, int(events), turns
 
 
 def test_a_killed_serve_leaves_no_job_worker_behind(data_dir: Path) -> None:

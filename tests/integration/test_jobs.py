@@ -420,3 +420,34 @@ async def test_drain_stops_between_jobs_when_asked(engine: AsyncEngine, settings
     assert ran == 1
     assert [j["status"] for j in await job_rows(engine)] == ["done", "queued", "queued"]
     assert await worker(engine, settings, {"tick": tick}).drain(asyncio.Event()) == 2
+
+
+async def test_the_queue_lag_is_the_wait_of_the_oldest_due_job(
+    client: httpx.AsyncClient, engine: AsyncEngine, settings: Settings
+) -> None:
+    """What `mnemo serve`'s lag guard reads: how long the job due longest has waited.
+    A job waiting out a backoff, one running and one finished are not late."""
+    sessions = [await new_session(client, engine, f"lag{i}") for i in range(4)]
+    async with engine.connect() as conn:
+        assert await queue.oldest_due_s(conn) is None  # nothing due: no lag
+    ids = [await enqueue(engine, "compress", sid) for sid in sessions]
+
+    async def due_since(job_id: int | None, seconds: int, status: str = "queued") -> None:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "UPDATE jobs SET status = :status,"
+                    " run_after = now() - make_interval(secs => :s) WHERE id = :id"
+                ),
+                {"id": job_id, "s": seconds, "status": status},
+            )
+
+    await due_since(ids[0], 90)
+    await due_since(ids[1], 30)
+    await due_since(ids[2], 3600, "done")
+    await due_since(ids[3], -600)  # due in ten minutes: a retry's backoff
+    async with engine.connect() as conn:
+        assert 90 <= (await queue.oldest_due_s(conn) or 0) < 120
+    await due_since(ids[0], 600, "running")  # claimed: no longer waiting
+    async with engine.connect() as conn:
+        assert 30 <= (await queue.oldest_due_s(conn) or 0) < 60

@@ -119,6 +119,7 @@ NOT_YET: dict[str, str] = {
     # every tenant at once
     "CLAIM": CROSS_TENANT,  # the oldest runnable job of any tenant (see the doc: per shard)
     "QUEUE_STATS": CROSS_TENANT,  # /metrics gauges
+    "OLDEST_DUE": CROSS_TENANT,  # `mnemo serve`'s lag guard (the queue, database-wide)
     "SWEEP_EXPIRED": CROSS_TENANT,  # the TTL sweep
     "OTHER_MODELS": CROSS_TENANT,  # start-up check of stored embedding models
     "FORGET_EMBEDDINGS": CROSS_TENANT,  # `mnemo reembed`
