@@ -204,7 +204,7 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
                 worker,
                 url,
                 limit_s=settings.worker_lag_limit_s,
-                every_s=min(LAG_CHECK_EVERY_S, settings.worker_lag_limit_s / 4),
+                every_s=min(LAG_CHECK_EVERY_S, max(0.5, settings.worker_lag_limit_s / 4)),
             )
             guard.start()
     os.environ["MNEMO_EMBEDDED_WORKER"] = "false"

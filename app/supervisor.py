@@ -40,7 +40,7 @@ class WorkerMode(enum.Enum):
 # Back to idle-class once no due job has waited more than this share of the limit: the
 # hysteresis keeps a worker that just keeps up from being replaced back and forth.
 CLEARED_SHARE = 0.25
-# How often serve looks at the queue's lag (more often for a limit below 20 s).
+# How often serve looks at the queue's lag (a quarter of a limit below 20 s, 0.5 s at least).
 LAG_CHECK_EVERY_S = 5.0
 
 
