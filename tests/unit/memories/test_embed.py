@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import math
 import os
+import struct
 import subprocess
 import sys
 
@@ -291,6 +293,46 @@ async def test_openai_embedder_batches_orders_and_normalises() -> None:
     assert {s["auth"] for s in seen} == {"Bearer sk-test"}
     assert {s["model"] for s in seen} == {"emb-3"}
     assert vectors == [[1.0, 0.0, 0.0]] * 5
+
+
+def _base64(values: list[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(values)}f", *values)).decode()
+
+
+async def test_openai_embedder_asks_for_base64_vectors_and_reads_both_forms() -> None:
+    """It asks for each vector as base64 of little-endian float32 (as the official SDK
+    does), reads that, and still reads a server that answers with lists of numbers: the
+    same unit vectors either way, in the order of the inputs."""
+    asked: list[object] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        asked.append(body.get("encoding_format"))
+        vectors = [[float(len(text)), 2.0, 0.25] for text in body["input"]]
+        data = [
+            {"index": i, "embedding": _base64(v) if i % 2 == 0 else v}
+            for i, v in reversed(list(enumerate(vectors)))
+        ]
+        return httpx.Response(200, json={"data": data})
+
+    embedder, http = openai_client(handler)
+    async with http:
+        got = await embedder.embed(["a", "bbbb", "cc"])
+    assert asked == ["base64", "base64"]  # two batches of at most two
+    want = [l2_normalize([float(n), 2.0, 0.25]) for n in (1, 4, 2)]
+    assert all(g == pytest.approx(w, abs=1e-12) for g, w in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize(
+    "embedding",
+    ["not base64!", base64.b64encode(b"\x00" * 10).decode(), _base64([1.0, 0.0]), {"x": 1}],
+)
+async def test_openai_embedder_refuses_a_malformed_base64_vector(embedding: object) -> None:
+    body = {"data": [{"index": 0, "embedding": embedding}]}
+    embedder, http = openai_client(lambda request: httpx.Response(200, json=body))
+    async with http:
+        with pytest.raises(EmbeddingBadResponse):
+            await embedder.embed(["only one"])
 
 
 @pytest.mark.parametrize(
