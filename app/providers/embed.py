@@ -276,6 +276,7 @@ class OpenAIEmbedder:
         self._model = model
         self._batch_size = batch_size
         self._timeout_s = timeout_s
+        self._base64 = True  # until the endpoint refuses it
         self.model_id = f"openai:{model}"
         self.dim = dim
         self._queries = QueryCache(query_cache)
@@ -293,22 +294,19 @@ class OpenAIEmbedder:
         # "dimensions" asks models that can shorten their vectors (OpenAI's
         # text-embedding-3) for the size the schema stores. "base64": each vector as
         # its little-endian float32 bytes, what the official SDK asks for unless told
-        # otherwise (so servers that serve it accept it): a quarter of the body, and
-        # neither side writes or parses 512 decimal numbers (a float list is still read).
-        body = {
-            "model": self._model,
-            "input": batch,
-            "dimensions": self.dim,
-            "encoding_format": "base64",
-        }
-        try:
-            response = await self._http.post(
-                self._url, json=body, headers=self._headers, timeout=self._timeout_s
-            )
-        except httpx.TimeoutException as exc:
-            raise EmbeddingUnavailable(f"embedding request timed out: {exc!r}") from exc
-        except httpx.TransportError as exc:
-            raise EmbeddingUnavailable(f"embedding endpoint unreachable: {exc!r}") from exc
+        # otherwise: a quarter of the body, and neither side writes or parses 512
+        # decimal numbers. A server that answers lists of numbers is read as well; one
+        # that refuses the parameter (a 4xx naming it) is asked without it from then on.
+        body: dict[str, Any] = {"model": self._model, "input": batch, "dimensions": self.dim}
+        if self._base64:
+            body["encoding_format"] = "base64"
+        response = await self._post(body)
+        status = response.status_code
+        refused = 400 <= status < 500 and status != 429 and "encoding_format" in response.text
+        if self._base64 and refused:
+            self._base64 = False
+            del body["encoding_format"]
+            response = await self._post(body)
         status = response.status_code
         if status == 429 or status >= 500:
             raise EmbeddingUnavailable(f"embedding endpoint answered HTTP {status}")
@@ -316,6 +314,16 @@ class OpenAIEmbedder:
             snippet = response.text[:_BODY_SNIPPET]
             raise EmbeddingBadResponse(f"embedding endpoint answered HTTP {status}: {snippet}")
         return self._parse(response, expected=len(batch))
+
+    async def _post(self, body: dict[str, Any]) -> httpx.Response:
+        try:
+            return await self._http.post(
+                self._url, json=body, headers=self._headers, timeout=self._timeout_s
+            )
+        except httpx.TimeoutException as exc:
+            raise EmbeddingUnavailable(f"embedding request timed out: {exc!r}") from exc
+        except httpx.TransportError as exc:
+            raise EmbeddingUnavailable(f"embedding endpoint unreachable: {exc!r}") from exc
 
     def _parse(self, response: httpx.Response, *, expected: int) -> list[list[float]]:
         try:

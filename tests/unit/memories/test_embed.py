@@ -355,6 +355,25 @@ async def test_openai_embedder_asks_for_base64_vectors_and_reads_both_forms() ->
     assert all(g == pytest.approx(w, abs=1e-12) for g, w in zip(got, want, strict=True))
 
 
+async def test_openai_embedder_asks_without_base64_once_an_endpoint_refuses_it() -> None:
+    """An endpoint that refuses ``encoding_format`` (a 4xx naming it) is asked again
+    without it, and never with it after that; its lists of numbers are read."""
+    asked: list[object] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        asked.append(body.get("encoding_format"))
+        if "encoding_format" in body:
+            return httpx.Response(422, json={"detail": "unknown field: encoding_format"})
+        data = [{"index": i, "embedding": [0.0, 3.0, 4.0]} for i in range(len(body["input"]))]
+        return httpx.Response(200, json={"data": data})
+
+    embedder, http = openai_client(handler)
+    async with http:
+        assert await embedder.embed(["a", "b", "c"]) == [[0.0, 0.6, 0.8]] * 3
+    assert asked == ["base64", None, None]
+
+
 @pytest.mark.parametrize(
     "embedding",
     ["not base64!", base64.b64encode(b"\x00" * 10).decode(), _base64([1.0, 0.0]), {"x": 1}],
