@@ -93,6 +93,55 @@ def mmr_by(
     return picked
 
 
+def mmr_words(
+    candidates: Sequence[tuple[K, float, set[str]]],
+    *,
+    lambda_: float = 0.7,
+    top_k: int,
+    stop_after: Callable[[K], bool] | None = None,
+) -> list[K]:
+    """``mmr_by`` over ``(id, relevance, words)`` with the Jaccard similarity of the
+    candidates' word sets: the same picks, in the same order, for a fraction of the cost.
+
+    Each candidate's words become the bits of one integer, so a similarity is two
+    popcounts, not two set operations; only the words that two or more candidates hold
+    get a bit (a word of one candidate is never shared, and it counts in the union
+    through the set's size alone), which keeps the integers short and their sums cheap.
+    The similarities of the candidates left to the newest pick are computed in one loop
+    here, not through a callback per pair."""
+    seen: set[str] = set()
+    shared_words: set[str] = set()
+    for _, _, words in candidates:
+        shared_words |= words & seen
+        seen |= words
+    bit = {w: 1 << i for i, w in enumerate(shared_words)}
+    remaining = [
+        (key, relevance, sum(map(bit.__getitem__, words & shared_words)), len(words))
+        for key, relevance, words in candidates
+    ]
+    redundancy = [0.0] * len(remaining)
+    picked: list[K] = []
+    keep = 1.0 - lambda_
+    while remaining and len(picked) < top_k:
+        gains = [
+            lambda_ * relevance - keep * redundant
+            for (_, relevance, _, _), redundant in zip(remaining, redundancy, strict=True)
+        ]
+        best = gains.index(max(gains))  # the first of equals
+        chosen, _, chosen_bits, chosen_size = remaining.pop(best)
+        redundancy.pop(best)
+        picked.append(chosen)
+        if stop_after is not None and stop_after(chosen):
+            break
+        for i, (_, _, bits, size) in enumerate(remaining):
+            shared = (bits & chosen_bits).bit_count()
+            union = size + chosen_size - shared
+            similarity = shared / union if union else 0.0
+            if similarity > redundancy[i]:
+                redundancy[i] = similarity
+    return picked
+
+
 def pack_memories(
     items: Sequence[T],
     *,

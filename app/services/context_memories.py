@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.compression.render import detect_language
 from app.core.tokens import count_tokens
 from app.memories.bm25 import search_terms, term_matcher
-from app.memories.fuse import mmr_by
+from app.memories.fuse import mmr_words
 from app.memories.gate import build_query, needs_retrieval
 from app.memories.when import date_label
 from app.providers.embed import Embedder
@@ -326,23 +326,9 @@ def _diversify(ranked: list[_Turn], budget_tokens: int) -> list[_Turn]:
         return picked_tokens >= MMR_FILL * budget_tokens
 
     top = max(t.density for t in head) or 1.0
-    # Each turn's words as bits of one integer (a bit per word of the head): the
-    # Jaccard similarity of two turns is then two popcounts, not two set operations.
-    # (Which word gets which bit does not matter; map() keeps the loops in C.)
-    words = {t.key: set(_content(t.row).lower().split()) for t in head}
-    vocabulary = {w: 1 << i for i, w in enumerate(set().union(*words.values()))}
-    bits = {key: sum(map(vocabulary.__getitem__, ws)) for key, ws in words.items()}
-    sizes = {key: len(ws) for key, ws in words.items()}
-
-    def similarity(a: tuple[int, int], b: tuple[int, int]) -> float:
-        shared = (bits[a] & bits[b]).bit_count()
-        union = sizes[a] + sizes[b] - shared
-        return shared / union if union else 0.0
-
     index = {t.key: t for t in head}
-    order = mmr_by(
-        [(t.key, t.density / top) for t in head],
-        similarity=similarity,
+    order = mmr_words(
+        [(t.key, t.density / top, set(_content(t.row).lower().split())) for t in head],
         lambda_=MMR_LAMBDA,
         top_k=len(head),
         stop_after=filled,

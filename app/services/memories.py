@@ -199,27 +199,47 @@ async def hybrid_search(
 ) -> list[MemoryRow]:
     """Vector and lexical candidates of one user, fused by reciprocal rank.
 
-    The query is embedded (in the embedder's thread, or over HTTP) while the lexical
-    leg runs on the connection: the search waits for the slower of the two, not both.
+    The query is embedded while Postgres answers the lexical leg: the search waits
+    for the slower of the two, not both. A local model's forward pass runs on this
+    thread once the lexical statement has gone out (``embed_beside``: no hand-off to a
+    thread and back, which on a busy machine waits for a core twice); any other
+    embedder runs its own way (a thread, HTTP).
     ``embedding``: that embedding, already started by the caller (``embed_query``);
     ``lexical``: the lexical leg's ranking, already read by the caller; ``terms``:
     ``search_terms(query)``, when the caller has them already.
     """
-    if embedding is None and query_vector is None and embedder is not None:
-        embedding = embed_query(embedder, query)
     if lexical is not None:
         terms = []
     elif terms is None:
         terms = search_terms(query)
-    try:
-        # both legs read through the driver
-        db = conn if isinstance(conn, asyncpg.Connection) else await driver_connection(conn)
-        if terms:
-            lexical = await repo.lexical_search(
+    # both legs read through the driver
+    db = conn if isinstance(conn, asyncpg.Connection) else await driver_connection(conn)
+    first = (
+        asyncio.ensure_future(
+            repo.lexical_search(
                 db, user_pk=user_pk, terms=terms, k=max(k, CANDIDATES_PER_LIST), kind=kind
             )
+        )
+        if terms
+        else None
+    )
+    try:
+        if embedding is None and query_vector is None and embedder is not None:
+            # After the lexical statement is sent (a local model's pass runs here
+            # meanwhile); with no lexical statement, in the embedder's own way.
+            embedding = (
+                await embed_beside(embedder, query)
+                if first is not None
+                else embed_query(embedder, query)
+            )
+        if first is not None:
+            lexical = await first
         if embedding is not None:
             query_vector = (await embedding)[0]
+    except BaseException:
+        if first is not None:
+            _settle(first)  # cancelled with the search, as an awaited statement would be
+        raise
     finally:
         if embedding is not None:
             _settle(embedding)  # the lexical leg failed first, or the vector is read

@@ -189,3 +189,41 @@ async def test_the_lookup_with_the_lexical_leg_reads_what_the_two_apart_read(
             )
             is None
         )
+
+
+async def test_a_context_query_is_embedded_on_the_loop_while_the_lexical_leg_waits(
+    settings: Settings, engine: AsyncEngine
+) -> None:
+    """/context?query= embeds its query as the memory search does: a model computing in
+    this process runs its pass on the event loop's thread once the lexical statement has
+    gone out (here it waits for a lock on the postings), not in a thread after a hand-off."""
+    app = create_app(settings, database_url=settings.async_database_url or "", engine=engine)
+    async with app.router.lifespan_context(app):
+        local = app.state.embedder = WatchedLocal(HashEmbedder(EMBEDDING_DIM))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://mnemo") as client:
+            r = await client.post("/v1/users/u-1/memories", json={"text": "Prefers aisle seats"})
+            assert r.status_code == 201, r.text
+            r = await client.post(
+                "/v1/sessions/s-1/turns",
+                json={"user_id": "u-1", "messages": [{"role": "user", "content": "Hello"}]},
+            )
+            assert r.status_code in (200, 201), r.text
+            async with engine.connect() as locker:
+                await locker.execute(text("LOCK TABLE memory_terms IN ACCESS EXCLUSIVE MODE"))
+                read = asyncio.create_task(
+                    client.get(
+                        "/v1/sessions/s-1/context",
+                        params={"query": "aisle seats", "max_tokens": 500},
+                    )
+                )
+                try:
+                    await asyncio.wait_for(local.started.wait(), timeout=10)
+                    assert not read.done()  # the lexical leg still waits for the lock
+                finally:
+                    await locker.rollback()
+            r = await read
+    assert r.status_code == 200, r.text
+    assert "Prefers aisle seats" in r.json()["text"]
+    assert local.here == [("aisle seats", threading.get_ident())]
+    assert local.queries == []  # never through embed (a thread, or a task)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.memories.fuse import mmr, pack_memories, rrf
 
@@ -95,3 +98,46 @@ def test_mmr_by_stops_after_the_pick_that_fills_and_keeps_its_order_up_to_there(
 
     early = mmr_by(ranked, similarity=similarity, lambda_=0.6, top_k=4, stop_after=filled)
     assert early == full[:2] == ["a", "c"]
+
+
+_WORD = st.sampled_from(["red", "kayak", "lake", "boat", "piano", "tea", "may", "trip", "the"])
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 1), st.sets(_WORD, max_size=6)), min_size=0, max_size=12),
+    st.sampled_from([0.0, 0.5, 0.8, 1.0]),
+    st.integers(0, 13),
+    st.integers(1, 40),
+)
+def test_mmr_words_picks_what_mmr_by_with_jaccard_picks(
+    items: list[tuple[float, set[str]]], lambda_: float, top_k: int, fill: int
+) -> None:
+    from app.memories.fuse import mmr_by, mmr_words
+
+    words = {i: ws for i, (_, ws) in enumerate(items)}
+
+    def jaccard(x: int, y: int) -> float:
+        union = len(words[x] | words[y])
+        return len(words[x] & words[y]) / union if union else 0.0
+
+    def stop_at(limit: int) -> Callable[[int], bool]:
+        spent = 0
+
+        def filled(pick: int) -> bool:
+            nonlocal spent
+            spent += len(words[pick]) + 1
+            return spent >= limit
+
+        return filled
+
+    ranked = [(i, relevance) for i, (relevance, _) in enumerate(items)]
+    expected = mmr_by(
+        ranked, similarity=jaccard, lambda_=lambda_, top_k=top_k, stop_after=stop_at(fill)
+    )
+    got = mmr_words(
+        [(i, relevance, words[i]) for i, relevance in ranked],
+        lambda_=lambda_,
+        top_k=top_k,
+        stop_after=stop_at(fill),
+    )
+    assert got == expected
