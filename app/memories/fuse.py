@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import TypeVar
 
 from app.memories.vectors import cosine
@@ -94,51 +95,66 @@ def mmr_by(
 
 
 def mmr_words(
-    candidates: Sequence[tuple[K, float, set[str]]],
+    candidates: Sequence[tuple[K, float]],
     *,
+    words: Callable[[K], set[str]],
     lambda_: float = 0.7,
     top_k: int,
     stop_after: Callable[[K], bool] | None = None,
 ) -> list[K]:
-    """``mmr_by`` over ``(id, relevance, words)`` with the Jaccard similarity of the
-    candidates' word sets: the same picks, in the same order, for a fraction of the cost.
+    """``mmr_by`` over ``(id, relevance)`` with the Jaccard similarity of the candidates'
+    ``words``: the same picks in the same order, reading only the words it needs.
 
-    Each candidate's words become the bits of one integer, so a similarity is two
-    popcounts, not two set operations; only the words that two or more candidates hold
-    get a bit (a word of one candidate is never shared, and it counts in the union
-    through the set's size alone), which keeps the integers short and their sums cheap.
-    The similarities of the candidates left to the newest pick are computed in one loop
-    here, not through a callback per pair."""
-    seen: set[str] = set()
-    shared_words: set[str] = set()
-    for _, _, words in candidates:
-        shared_words |= words & seen
-        seen |= words
-    bit = {w: 1 << i for i, w in enumerate(shared_words)}
-    remaining = [
-        (key, relevance, sum(map(bit.__getitem__, words & shared_words)), len(words))
-        for key, relevance, words in candidates
-    ]
-    redundancy = [0.0] * len(remaining)
-    picked: list[K] = []
+    A candidate's gain is at most ``lambda_ * relevance`` (its redundancy is never
+    negative). When the candidates come best first, the scan for each pick stops at the
+    first one whose relevance cannot beat the best gain found so far: no later one can
+    (nor tie it: the first of equals wins, as in ``mmr_by``). A candidate's redundancy
+    is brought up to date with the picks made since it was last scanned, and its words
+    are read the first time it is: the long tail of a deep candidate list, which MMR
+    never reaches, costs nothing. (Any other order is scanned whole.) The words read
+    become the bits of one integer per candidate (a bit per word, given as words are
+    first seen), so a similarity is two popcounts, not two set operations."""
+    remaining = list(candidates)
+    best_first = all(a[1] >= b[1] for a, b in pairwise(remaining))
     keep = 1.0 - lambda_
+    redundancy: dict[K, tuple[float, int]] = {}  # key -> (redundancy, picks compared)
+    bit: dict[str, int] = {}
+    read: dict[K, tuple[int, int]] = {}  # key -> (its words' bits, how many words)
+
+    def bits(key: K) -> tuple[int, int]:
+        found = read.get(key)
+        if found is None:
+            own = words(key)
+            for word in own.difference(bit):
+                bit[word] = 1 << len(bit)
+            found = read[key] = (sum(map(bit.__getitem__, own)), len(own))
+        return found
+
+    compared: list[tuple[int, int]] = []  # the picks' bits and word counts
+    picked: list[K] = []
     while remaining and len(picked) < top_k:
-        gains = [
-            lambda_ * relevance - keep * redundant
-            for (_, relevance, _, _), redundant in zip(remaining, redundancy, strict=True)
-        ]
-        best = gains.index(max(gains))  # the first of equals
-        chosen, _, chosen_bits, chosen_size = remaining.pop(best)
-        redundancy.pop(best)
+        best, best_gain = -1, 0.0
+        for position, (key, relevance) in enumerate(remaining):
+            if best >= 0 and best_first and lambda_ * relevance <= best_gain:
+                break
+            redundant, seen = redundancy.get(key, (0.0, 0))
+            if seen < len(compared):
+                own, size = bits(key)
+                for pick, pick_size in compared[seen:]:
+                    shared = (own & pick).bit_count()
+                    union = size + pick_size - shared
+                    similarity = shared / union if union else 0.0
+                    if similarity > redundant:
+                        redundant = similarity
+                redundancy[key] = (redundant, len(compared))
+            gain = lambda_ * relevance - keep * redundant
+            if best < 0 or gain > best_gain:  # the first of equals
+                best, best_gain = position, gain
+        chosen = remaining.pop(best)[0]
         picked.append(chosen)
         if stop_after is not None and stop_after(chosen):
             break
-        for i, (_, _, bits, size) in enumerate(remaining):
-            shared = (bits & chosen_bits).bit_count()
-            union = size + chosen_size - shared
-            similarity = shared / union if union else 0.0
-            if similarity > redundancy[i]:
-                redundancy[i] = similarity
+        compared.append(bits(chosen))
     return picked
 
 

@@ -327,8 +327,19 @@ def _diversify(ranked: list[_Turn], budget_tokens: int) -> list[_Turn]:
 
     top = max(t.density for t in head) or 1.0
     index = {t.key: t for t in head}
+    read: dict[tuple[int, int], set[str]] = {}
+
+    def words(key: tuple[int, int]) -> set[str]:
+        found = read.get(key)
+        if found is None:
+            found = read[key] = set(_content(index[key].row).lower().split())
+        return found
+
+    # Best first (``ranked`` is by density): MMR reads the words of the turns it may
+    # pick, not of every turn of the head.
     order = mmr_words(
-        [(t.key, t.density / top, set(_content(t.row).lower().split())) for t in head],
+        [(t.key, t.density / top) for t in head],
+        words=words,
         lambda_=MMR_LAMBDA,
         top_k=len(head),
         stop_after=filled,

@@ -104,16 +104,24 @@ _WORD = st.sampled_from(["red", "kayak", "lake", "boat", "piano", "tea", "may", 
 
 
 @given(
-    st.lists(st.tuples(st.floats(0, 1), st.sets(_WORD, max_size=6)), min_size=0, max_size=12),
+    st.lists(
+        st.tuples(st.sampled_from([0.0, 0.2, 0.5, 0.7, 0.9, 1.0]), st.sets(_WORD, max_size=6)),
+        max_size=12,
+    ),
+    st.booleans(),
     st.sampled_from([0.0, 0.5, 0.8, 1.0]),
     st.integers(0, 13),
     st.integers(1, 40),
 )
 def test_mmr_words_picks_what_mmr_by_with_jaccard_picks(
-    items: list[tuple[float, set[str]]], lambda_: float, top_k: int, fill: int
+    items: list[tuple[float, set[str]]], best_first: bool, lambda_: float, top_k: int, fill: int
 ) -> None:
+    """Candidates best first (where it stops scanning early) or in any order, equal
+    relevances and equal gains included: the same picks in the same order."""
     from app.memories.fuse import mmr_by, mmr_words
 
+    if best_first:
+        items = sorted(items, key=lambda item: -item[0])
     words = {i: ws for i, (_, ws) in enumerate(items)}
 
     def jaccard(x: int, y: int) -> float:
@@ -135,9 +143,23 @@ def test_mmr_words_picks_what_mmr_by_with_jaccard_picks(
         ranked, similarity=jaccard, lambda_=lambda_, top_k=top_k, stop_after=stop_at(fill)
     )
     got = mmr_words(
-        [(i, relevance, words[i]) for i, relevance in ranked],
-        lambda_=lambda_,
-        top_k=top_k,
-        stop_after=stop_at(fill),
+        ranked, words=words.__getitem__, lambda_=lambda_, top_k=top_k, stop_after=stop_at(fill)
     )
     assert got == expected
+
+
+def test_mmr_words_reads_the_words_only_of_candidates_it_may_pick() -> None:
+    """Best first, a candidate far below the best (its relevance alone cannot beat the
+    gain of one already scanned) is never read."""
+    from app.memories.fuse import mmr_words
+
+    words = {"a": {"red", "kayak"}, "b": {"red", "kayak", "boat"}, "c": {"piano"}, "z": {"tea"}}
+    read: list[str] = []
+
+    def reading(key: str) -> set[str]:
+        read.append(key)
+        return words[key]
+
+    ranked = [("a", 1.0), ("b", 0.95), ("c", 0.9), ("z", 0.1)]
+    assert mmr_words(ranked, words=reading, lambda_=0.8, top_k=3) == ["a", "c", "b"]
+    assert "z" not in read
