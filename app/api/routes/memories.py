@@ -11,19 +11,19 @@ from app.api.deps import (
     AdminDep,
     EngineDep,
     MemoryIdPath,
-    ReadConnDep,
-    SettingsDep,
-    StatementConnDep,
+    PrincipalDep,
     TenantDep,
     UserIdPath,
 )
 from app.api.problems import COMMON_PROBLEMS
 from app.api.schemas import MemoriesOut, MemoryIn, MemoryKind, MemoryPublic, QueryText
 from app.compression.untrusted import one_line
+from app.core.config import Settings
 from app.core.errors import NotFound
 from app.services.memories import add_memory, search_memories
 from app.stores import memories as repo
 from app.stores import sessions
+from app.stores.engine import autocommit
 from app.stores.memories import MemoryRow
 
 router = APIRouter(
@@ -34,7 +34,9 @@ router = APIRouter(
 
 
 def public(row: MemoryRow, *, deduplicated: bool = False) -> MemoryPublic:
-    return MemoryPublic(
+    """The memory as the API shows it, built without validation: every value comes typed
+    from the store (validating ten hits cost more than writing them)."""
+    return MemoryPublic.model_construct(
         id=row.id,
         text=row.text,
         kind=row.kind,
@@ -57,27 +59,31 @@ def json_response(model: BaseModel, *, status_code: int = 200) -> Response:
     return Response(model.model_dump_json(), status_code=status_code, media_type="application/json")
 
 
+# The two hot routes (add, search) take the app's settings and engine from its state,
+# and open their connection themselves, as GET /context does: FastAPI solves every node
+# of a route's dependency tree on every request (about 10 us a node, 30 for a yield).
+
+
 @router.post("/{user_id}/memories", status_code=201, response_model=MemoryPublic)
 async def create_memory(
-    user_id: UserIdPath,
-    body: MemoryIn,
-    conn: StatementConnDep,
-    tenant: TenantDep,
-    settings: SettingsDep,
+    user_id: UserIdPath, body: MemoryIn, request: Request, principal: PrincipalDep
 ) -> Response:
     """Store a memory. Saying the same thing again confirms it (``deduplicated``)."""
-    added = await add_memory(
-        conn,
-        tenant=tenant,
-        user=user_id,
-        text=one_line(body.text),
-        kind=body.kind,
-        pinned=body.pinned,
-        ttl_days=body.ttl_days or settings.memory_ttl_days,
-        metadata=body.metadata,
-        source={"api": True},
-        max_attempts=settings.job_max_attempts,
-    )
+    settings: Settings = request.app.state.settings
+    # One statement for a known user: autocommit, no BEGIN/COMMIT round trips.
+    async with autocommit(request.app.state.engine) as conn:
+        added = await add_memory(
+            conn,
+            tenant=principal.tenant_id,
+            user=user_id,
+            text=one_line(body.text),
+            kind=body.kind,
+            pinned=body.pinned,
+            ttl_days=body.ttl_days or settings.memory_ttl_days,
+            metadata=body.metadata,
+            source={"api": True},
+            max_attempts=settings.job_max_attempts,
+        )
     return json_response(public(added.memory, deduplicated=not added.created), status_code=201)
 
 
@@ -85,32 +91,33 @@ async def create_memory(
 async def list_memories(
     user_id: UserIdPath,
     request: Request,
-    conn: ReadConnDep,
-    tenant: TenantDep,
+    principal: PrincipalDep,
     query: Annotated[QueryText | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 20,
     kind: MemoryKind | None = None,
 ) -> Response:
     """The user's live memories; with ``query``, the best matches (vector + lexical)."""
+    tenant = principal.tenant_id
     found: list[MemoryRow] | None
-    if query and query.strip():
-        found = await search_memories(
-            conn,
-            tenant=tenant,
-            user=user_id,
-            query=query,
-            k=limit,
-            kind=kind,
-            embedder=request.app.state.embedder,
-        )
-    else:
-        user_pk = await sessions.user_pk(conn, tenant=tenant, user=user_id)
-        found = None
-        if user_pk is not None:
-            found = await repo.list_memories(conn, user_pk=user_pk, kind=kind, limit=limit)
+    async with autocommit(request.app.state.engine) as conn:
+        if query and query.strip():
+            found = await search_memories(
+                conn,
+                tenant=tenant,
+                user=user_id,
+                query=query,
+                k=limit,
+                kind=kind,
+                embedder=request.app.state.embedder,
+            )
+        else:
+            user_pk = await sessions.user_pk(conn, tenant=tenant, user=user_id)
+            found = None
+            if user_pk is not None:
+                found = await repo.list_memories(conn, user_pk=user_pk, kind=kind, limit=limit)
     if found is None:
         raise NotFound(f"user {user_id!r} not found")
-    return json_response(MemoriesOut(memories=[public(r) for r in found]))
+    return json_response(MemoriesOut.model_construct(memories=[public(r) for r in found]))
 
 
 @router.delete("/{user_id}/memories/{memory_id}", status_code=204)
