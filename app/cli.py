@@ -156,6 +156,9 @@ def _uvicorn_options(settings: Settings) -> dict[str, Any]:
     return {
         "host": settings.host,
         "port": settings.port,
+        # Past every common client's idle expiry, so the client gives a connection up
+        # first (uvicorn's 5 s equals httpx's: a post sent at that moment was lost).
+        "timeout_keep_alive": settings.keep_alive_s,
         "log_level": settings.log_level.lower(),
         "log_config": None,  # keep our JSON handler
         "access_log": False,  # ours carries the request id and route template

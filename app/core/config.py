@@ -32,6 +32,17 @@ class Settings(BaseSettings):
     # HTTP
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
+    keep_alive_s: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description=(
+            "`mnemo serve` closes a keep-alive connection idle this long. Longer than the"
+            " idle expiry of common clients and proxies (httpx 5 s, Node 5 s, AWS ALB 60 s,"
+            " Go 90 s): at equal timeouts a client reuses the connection as the server closes"
+            " it, and the request fails."
+        ),
+    )
     insecure_allow_no_keys: bool = Field(
         default=False,
         description="Let `mnemo serve` bind a non-loopback address with no API keys (unsafe).",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import time
 from pathlib import Path
 
@@ -54,8 +55,27 @@ def test_serve_embedded_post_context_and_survive_a_restart(data_dir: Path) -> No
     try:
         turns = httpx.get(again.url + "/v1/sessions/s-1/turns").json()["turns"]
         assert turns[0]["id"] == "m-1" and len(turns) == 2
+        _idle_connection_outlives_a_client_pool(again.url)
     finally:
         again.stop()
+
+
+def _idle_connection_outlives_a_client_pool(url: str) -> None:
+    """A keep-alive connection idle for longer than httpx's pool keeps one (5 s) is
+    still open: the client gives it up first. At uvicorn's 5 s the two closed together,
+    and a post sent at that moment failed with a read error."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read() == b'{"status":"ok"}'
+        time.sleep(5.5)
+        conn.request("GET", "/healthz")  # the same socket: auto_open only if it was closed
+        sock = conn.sock
+        assert conn.getresponse().read() == b'{"status":"ok"}'
+        assert conn.sock is sock
+    finally:
+        conn.close()
 
 
 def test_killed_mid_batch_loses_no_accepted_turn_and_duplicates_none(data_dir: Path) -> None:
