@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.memories.bm25 import index_terms, search_terms, stem
 
@@ -46,3 +50,29 @@ def test_term_matcher_counts_the_query_terms_a_text_has() -> None:
     # A stem counts once however often it occurs, and only where it starts a word.
     assert count("repainting, repaint, unpainted") == 0
     assert count("paint paint paintings") == 1
+
+
+def _counted_with_word_boundary(terms: list[str], text: str) -> int:
+    """term_matcher's contract, spelled with re's \\b: the distinct plain words found
+    where a word starts, and the other terms found anywhere."""
+    words = [t for t in terms if re.fullmatch("[a-z]+", t)]
+    others = [t for t in terms if not re.fullmatch("[a-z]+", t)]
+    folded = text.lower()
+    found = set(re.findall(r"\b(?:" + "|".join(map(re.escape, words)) + ")", folded))
+    return (len(found) if words else 0) + sum(1 for t in others if t in folded)
+
+
+@given(
+    terms=st.lists(
+        st.one_of(st.text("abn", min_size=1, max_size=3), st.sampled_from(["a_b", "k7", "上周"])),
+        max_size=5,
+        unique=True,
+    ),
+    text=st.text("abn AB_7é上周İ-\n", max_size=40),
+)
+def test_term_matcher_counts_a_word_only_where_a_word_starts(terms: list[str], text: str) -> None:
+    # Terms that start one another ("a", "ab") and letters after a digit, an underscore,
+    # a non-ASCII letter or at the very start: the boundary as re's \b draws it.
+    from app.memories.bm25 import term_matcher
+
+    assert term_matcher(terms)(text) == _counted_with_word_boundary(terms, text)
