@@ -216,13 +216,14 @@ async def hybrid_search(
     db = conn if isinstance(conn, asyncpg.Connection) else await driver_connection(conn)
     first = (
         asyncio.ensure_future(
-            repo.lexical_search(
+            repo.lexical_ranking(
                 db, user_pk=user_pk, terms=terms, k=max(k, CANDIDATES_PER_LIST), kind=kind
             )
         )
         if terms
         else None
     )
+    ranked: repo.Ranking | None = None
     try:
         if embedding is None and query_vector is None and embedder is not None:
             # After the lexical statement is sent (a local model's pass runs here
@@ -233,7 +234,7 @@ async def hybrid_search(
                 else embed_query(embedder, query)
             )
         if first is not None:
-            lexical = await first
+            ranked = await first
         if embedding is not None:
             query_vector = (await embedding)[0]
     except BaseException:
@@ -243,10 +244,12 @@ async def hybrid_search(
     finally:
         if embedding is not None:
             _settle(embedding)  # the lexical leg failed first, or the vector is read
-    rankings: list[list[MemoryRow]] = []
+    # Each leg's memories by id (the lexical leg's where both have one: the same row);
+    # only those the fusion keeps are built.
+    legs: list[repo.Ranking | list[MemoryRow]] = []
     if query_vector is not None and embedder is not None:
-        rankings.append(
-            await repo.vector_search(
+        legs.append(
+            await repo.vector_ranking(
                 db,
                 user_pk=user_pk,
                 query=query_vector,
@@ -255,11 +258,26 @@ async def hybrid_search(
                 kind=kind,
             )
         )
-    if lexical is not None:
-        rankings.append(lexical)
-    rows = {str(r.id): r for ranking in rankings for r in ranking}
-    fused = rrf([[str(r.id) for r in ranking] for ranking in rankings])
-    return [rows[mid].scored(round(score, 6)) for mid, score in fused[:k]]
+    if ranked is not None:
+        legs.append(ranked)
+    elif lexical is not None:
+        legs.append(lexical)
+    ids = [[str(mid) for mid in _ids(leg)] for leg in legs]
+    where = {
+        mid: (leg, at)
+        for leg, leg_ids in zip(legs, ids, strict=True)
+        for at, mid in enumerate(leg_ids)
+    }
+    fused = rrf(ids)
+    return [_built(*where[mid], round(score, 6)) for mid, score in fused[:k]]
+
+
+def _ids(leg: repo.Ranking | list[MemoryRow]) -> list[int]:
+    return leg.ids() if isinstance(leg, repo.Ranking) else [r.id for r in leg]
+
+
+def _built(leg: repo.Ranking | list[MemoryRow], at: int, score: float) -> MemoryRow:
+    return leg.row(at, score) if isinstance(leg, repo.Ranking) else leg[at].scored(score)
 
 
 def age_label(when: datetime, now: datetime) -> str:

@@ -27,6 +27,7 @@ from pgvector import Vector
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core import jsonio
 from app.stores import queue
 from app.stores.engine import driver_connection, plan_fence, positional
 from app.stores.tables import EMBEDDING_DIM
@@ -40,6 +41,12 @@ MEMORY_COLUMNS = """
     m.id, m.kind, m.text, m.pinned, m.source, m.metadata, m.created_at, m.last_confirmed_at,
     m.times_confirmed, m.expires_at, m.superseded_by, m.session_id, m.embedding_model
 """
+# The search legs' columns: MEMORY_COLUMNS with the two JSON documents as text, decoded
+# when the row is built (``Ranking``): a search reads more candidates than its caller
+# keeps (the fusion of two legs keeps about half), and only the kept ones are built.
+SEARCH_COLUMNS = MEMORY_COLUMNS.replace("m.source,", "m.source::text AS source,").replace(
+    "m.metadata,", "m.metadata::text AS metadata,"
+)
 
 
 # The reads of the /context path run on the driver connection under a SQLAlchemy one;
@@ -104,6 +111,40 @@ def _row_at(r: asyncpg.Record, start: int, *, scored: bool) -> MemoryRow:
     end = start + _COLUMNS
     values: tuple[Any, ...] = (*r[start:end], float(r[end]) if scored else None)
     return MemoryRow(*values)
+
+
+def _searched_at(r: asyncpg.Record, start: int, score: float | None = None) -> MemoryRow:
+    """The memory in ``r``'s ``SEARCH_COLUMNS`` from column ``start`` on, with ``score``
+    (by default the one in the column after them)."""
+    end = start + _COLUMNS
+    mid, kind, text_, pinned, source, metadata, *rest = r[start:end]
+    values: tuple[Any, ...] = (
+        *(mid, kind, text_, pinned, jsonio.loads(source), jsonio.loads(metadata)),
+        *rest,
+        float(r[end]) if score is None else score,
+    )
+    return MemoryRow(*values)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """A search leg's memories, best first, as the driver read them (``SEARCH_COLUMNS``
+    from column ``start`` on, the score after them): a caller that keeps some of them
+    builds only those."""
+
+    records: Sequence[asyncpg.Record]
+    start: int = 0
+
+    def ids(self) -> list[int]:
+        return [r[self.start] for r in self.records]
+
+    def row(self, at: int, score: float | None) -> MemoryRow:
+        """The memory at position ``at``, with ``score``."""
+        return _searched_at(self.records[at], self.start, score)
+
+    def rows(self) -> list[MemoryRow]:
+        """Every memory, with its leg's score."""
+        return [_searched_at(r, self.start) for r in self.records]
 
 
 def _row(r: Any, score: float | None = None) -> MemoryRow:
@@ -320,7 +361,7 @@ LIST_MEMORIES = text(f"""
 # vector_exact: exact cosine ranking over one user's live memories (btree on user_id).
 # The "+ 0" keeps the planner off the HNSW index: this path is meant to be exact.
 VECTOR_EXACT = f"""
-    SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> $2) AS score
+    SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score
     FROM memories m
     WHERE m.user_id = $1 AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
       AND m.embedding_model = $3
@@ -366,7 +407,7 @@ VECTOR_ROUTED = f"""
     fence AS MATERIALIZED ({plan_fence("CAST($5 AS integer) < 0")})
     SELECT live.n AS live, (SELECT count(*) FROM near) AS near, e.*
     FROM live CROSS JOIN fence LEFT JOIN LATERAL (
-        SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> $2) AS score
+        SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score
         FROM memories m
         WHERE m.id = ANY (ARRAY(SELECT memory_id FROM near))
           AND m.superseded_by IS NULL AND m.embedding_model = $3
@@ -379,7 +420,7 @@ VECTOR_ROUTED = f"""
 # "user_id + 0" keeps the planner off the btree (an exact scan of a heavy user), and
 # holds under the generic plans asyncpg's prepared statements get after five runs.
 VECTOR_HNSW = f"""
-    SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> $2) AS score
+    SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score
     FROM memories m
     WHERE m.user_id + 0 = $1 AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
       AND m.embedding_model = $3
@@ -440,7 +481,7 @@ LEXICAL = f"""
         LIMIT CAST($4 AS integer) + 16)
     SELECT m.*, scored.score
     FROM scored CROSS JOIN LATERAL (
-        SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id = scored.id OFFSET 0) AS m
+        SELECT {SEARCH_COLUMNS} FROM memories m WHERE m.id = scored.id OFFSET 0) AS m
     WHERE m.superseded_by IS NULL AND (m.expires_at IS NULL OR m.expires_at > now())
     ORDER BY scored.score DESC, m.id
     LIMIT $4
@@ -656,6 +697,20 @@ async def vector_search(
     kind: str | None = None,
 ) -> list[MemoryRow]:
     """The user's k nearest live memories; exact for ordinary users (see module doc)."""
+    ranking = await vector_ranking(conn, user_pk=user_pk, query=query, model=model, k=k, kind=kind)
+    return ranking.rows()
+
+
+async def vector_ranking(
+    conn: Connection,
+    *,
+    user_pk: int,
+    query: list[float],
+    model: str,
+    k: int,
+    kind: str | None = None,
+) -> Ranking:
+    """``vector_search``'s memories, unbuilt."""
     db = await _driver(conn)
     args = (user_pk, query, model, kind, k)
     routed = await db.fetch(VECTOR_ROUTED, *args, EXACT_SCAN_MAX)
@@ -663,9 +718,8 @@ async def vector_search(
     if count <= EXACT_SCAN_MAX:
         rows = [r for r in routed if r["id"] is not None]
         if len(rows) < k and routed[0]["near"] == k + NEAR_SLACK:
-            exact = await db.fetch(VECTOR_EXACT, *args)  # the slack ran out
-            return [_row_at(r, 0, scored=True) for r in exact]
-        return [_row_at(r, 2, scored=True) for r in rows]  # after "live" and "near"
+            return Ranking(await db.fetch(VECTOR_EXACT, *args))  # the slack ran out
+        return Ranking(rows, start=2)  # after "live" and "near"
     # The settings are transaction-local: a transaction of the driver's own holds them
     # (a savepoint inside the caller's transaction; a transaction on an autocommit one).
     async with db.transaction():
@@ -674,17 +728,23 @@ async def vector_search(
         await db.execute(SEQSCAN_BACK_ON)
     if len(rows) < min(k, count):
         rows = await db.fetch(VECTOR_EXACT, *args)  # never silently short
-    ranked = sorted(rows, key=lambda r: -float(r["score"]))
-    return [_row_at(r, 0, scored=True) for r in ranked]
+    return Ranking(sorted(rows, key=lambda r: -float(r["score"])))
 
 
 async def lexical_search(
     conn: Connection, *, user_pk: int, terms: list[str], k: int, kind: str | None = None
 ) -> list[MemoryRow]:
+    ranking = await lexical_ranking(conn, user_pk=user_pk, terms=terms, k=k, kind=kind)
+    return ranking.rows()
+
+
+async def lexical_ranking(
+    conn: Connection, *, user_pk: int, terms: list[str], k: int, kind: str | None = None
+) -> Ranking:
+    """``lexical_search``'s memories, unbuilt."""
     if not terms:
-        return []
-    rows = await (await _driver(conn)).fetch(LEXICAL, user_pk, terms, kind, k)
-    return [_row_at(r, 0, scored=True) for r in rows]
+        return Ranking([])
+    return Ranking(await (await _driver(conn)).fetch(LEXICAL, user_pk, terms, kind, k))
 
 
 async def lexical_search_for_user(
@@ -701,7 +761,7 @@ async def lexical_search_for_user(
     rows = await (await _driver(conn)).fetch(LEXICAL_FOR_USER, user, terms, kind, k, tenant)
     if not rows:
         return None
-    hits = [_row_at(r, 1, scored=True) for r in rows if r["id"] is not None]  # after user_pk
+    hits = Ranking([r for r in rows if r["id"] is not None], start=1).rows()  # after user_pk
     return int(rows[0]["user_pk"]), hits
 
 

@@ -229,11 +229,11 @@ async def test_heavy_users_search_through_hnsw_and_always_get_k(
     # its own, so the transaction-local iterative scan is in force for the HNSW query
     # and nothing is left set on the pooled connection afterwards.
     settings_seen: list[str | None] = []
-    row_at = memory_repo._row_at
+    searched_at = memory_repo._searched_at
 
-    def spying_row(r: Any, start: int, *, scored: bool) -> memory_repo.MemoryRow:
+    def spying_row(r: Any, start: int, score: float | None = None) -> memory_repo.MemoryRow:
         settings_seen.append(r.get("iterative"))
-        return row_at(r, start + 1, scored=scored)  # after the column added below
+        return searched_at(r, start + 1, score)  # after the column added below
 
     monkeypatch.setattr(
         memory_repo,
@@ -242,7 +242,7 @@ async def test_heavy_users_search_through_hnsw_and_always_get_k(
             "SELECT", "SELECT current_setting('hnsw.iterative_scan') AS iterative,", 1
         ),
     )
-    monkeypatch.setattr(memory_repo, "_row_at", spying_row)
+    monkeypatch.setattr(memory_repo, "_searched_at", spying_row)
     async with engine.connect() as conn:
         await conn.execution_options(isolation_level="AUTOCOMMIT")
         query = l2_normalize([rng.gauss(0, 1) for _ in range(512)])

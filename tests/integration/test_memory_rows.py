@@ -76,10 +76,9 @@ async def test_every_search_statement_builds_the_memory_read_by_name(
         db = await driver_connection(conn)
         lexical = await repo.lexical_search(db, user_pk=user_pk, terms=["ferry"], k=5)
         vector = await repo.vector_search(db, user_pk=user_pk, query=query, model=MODEL, k=5)
-        exact = [
-            repo._row_at(r, 0, scored=True)
-            for r in await db.fetch(repo.VECTOR_EXACT, user_pk, query, MODEL, None, 5)
-        ]
+        exact = repo.Ranking(
+            await db.fetch(repo.VECTOR_EXACT, user_pk, query, MODEL, None, 5)
+        ).rows()
         turns, pinned = await repo.turns_and_pinned(
             db, user_pk=user_pk, pairs=[(session_pk, 2), (session_pk, 5)]
         )

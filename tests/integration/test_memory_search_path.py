@@ -11,15 +11,17 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.core import jsonio
 from app.core.config import Settings
 from app.memories.bm25 import search_terms
 from app.providers.embed import Embedder, HashEmbedder
 from app.services.auth import DEFAULT_TENANT
+from app.services.memories import hybrid_search
 from app.stores import memories as repo
 from app.stores import sessions
 from app.stores.engine import autocommit, driver_connection
 from app.stores.tables import EMBEDDING_DIM
-from app.wiring import create_app
+from app.wiring import build_embedder_from_settings, create_app
 from tests.integration.statements import recorded_statements
 from tests.integration.test_memories import drain
 
@@ -227,3 +229,43 @@ async def test_a_context_query_is_embedded_on_the_loop_while_the_lexical_leg_wai
     assert "Prefers aisle seats" in r.json()["text"]
     assert local.here == [("aisle seats", threading.get_ident())]
     assert local.queries == []  # never through embed (a thread, or a task)
+
+
+async def test_a_hybrid_search_decodes_only_the_memories_the_fusion_keeps(
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    db_url: str,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each leg reads 20 candidates; a search for 3 builds 3 memories: the JSON documents
+    (source, metadata) of the candidates the fusion drops are never decoded."""
+    for i in range(24):
+        r = await client.post(
+            "/v1/users/u-1/memories",
+            json={"text": f"Seat preference number {i}", "metadata": {"n": i}},
+        )
+        assert r.status_code == 201, r.text
+    await drain(engine, db_url)  # embedded: both legs have candidates
+    decoded: list[object] = []
+    loads = jsonio.loads
+
+    def counted(document: str | bytes) -> object:
+        decoded.append(document)
+        return loads(document)
+
+    async with autocommit(engine) as conn, httpx.AsyncClient() as http:
+        db = await driver_connection(conn)
+        user_pk = await sessions.user_pk_on_driver(db, tenant=DEFAULT_TENANT, user="u-1")
+        assert user_pk is not None
+        embedder = build_embedder_from_settings(settings, http)
+        full = await hybrid_search(
+            db, user_pk=user_pk, query="seat preference", k=20, embedder=embedder
+        )
+        monkeypatch.setattr(jsonio, "loads", counted)
+        found = await hybrid_search(
+            db, user_pk=user_pk, query="seat preference", k=3, embedder=embedder
+        )
+    assert found == full[:3]  # the same memories, documents and scores
+    assert [m.metadata["n"] for m in found] == [m.metadata["n"] for m in full[:3]]
+    assert len(decoded) == 2 * len(found)  # each kept memory's source and metadata
