@@ -83,8 +83,6 @@ TenantDep = Annotated[str, Depends(get_tenant)]
 AgentDep = Annotated[str | None, Depends(get_agent)]
 AdminDep = Annotated[Principal, Depends(require_admin)]
 ReadConnDep = Annotated[AsyncConnection, Depends(read_connection)]
-# A write that is one statement (adding a memory) needs no transaction around it.
-StatementConnDep = ReadConnDep
 SessionIdPath = Annotated[
     str, Path(pattern=ID_PATTERN, description="Client-chosen session id, 1–128 of [A-Za-z0-9._:@-]")
 ]
