@@ -148,7 +148,7 @@ async def search_memories(
     db = await driver_connection(conn)  # every statement of the search reads through it
     terms = search_terms(query)
     first = asyncio.ensure_future(
-        repo.lexical_search_for_user(
+        repo.lexical_ranking_for_user(
             db,
             tenant=tenant,
             user=user,
@@ -194,7 +194,7 @@ async def hybrid_search(
     embedder: Embedder | None = None,
     query_vector: list[float] | None = None,
     embedding: asyncio.Future[list[list[float]]] | None = None,
-    lexical: list[MemoryRow] | None = None,
+    lexical: repo.Ranking | None = None,
     terms: list[str] | None = None,
 ) -> list[MemoryRow]:
     """Vector and lexical candidates of one user, fused by reciprocal rank.
@@ -246,7 +246,7 @@ async def hybrid_search(
             _settle(embedding)  # the lexical leg failed first, or the vector is read
     # Each leg's memories by id (the lexical leg's where both have one: the same row);
     # only those the fusion keeps are built.
-    legs: list[repo.Ranking | list[MemoryRow]] = []
+    legs: list[repo.Ranking] = []
     if query_vector is not None and embedder is not None:
         legs.append(
             await repo.vector_ranking(
@@ -262,22 +262,15 @@ async def hybrid_search(
         legs.append(ranked)
     elif lexical is not None:
         legs.append(lexical)
-    ids = [[str(mid) for mid in _ids(leg)] for leg in legs]
+    ids = [[str(mid) for mid in leg.ids()] for leg in legs]
     where = {
         mid: (leg, at)
         for leg, leg_ids in zip(legs, ids, strict=True)
         for at, mid in enumerate(leg_ids)
     }
     fused = rrf(ids)
-    return [_built(*where[mid], round(score, 6)) for mid, score in fused[:k]]
-
-
-def _ids(leg: repo.Ranking | list[MemoryRow]) -> list[int]:
-    return leg.ids() if isinstance(leg, repo.Ranking) else [r.id for r in leg]
-
-
-def _built(leg: repo.Ranking | list[MemoryRow], at: int, score: float) -> MemoryRow:
-    return leg.row(at, score) if isinstance(leg, repo.Ranking) else leg[at].scored(score)
+    kept = [(where[mid], score) for mid, score in fused[:k]]
+    return [leg.row(at, round(score, 6)) for (leg, at), score in kept]
 
 
 def age_label(when: datetime, now: datetime) -> str:

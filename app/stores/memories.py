@@ -756,13 +756,28 @@ async def lexical_search_for_user(
     k: int,
     kind: str | None = None,
 ) -> tuple[int, list[MemoryRow]] | None:
-    """The user's internal id and ``lexical_search``'s ranking for it, in one round
+    """The user's internal id and ``lexical_search``'s memories for it, in one round
     trip; None when the tenant has no such user."""
+    found = await lexical_ranking_for_user(
+        conn, tenant=tenant, user=user, terms=terms, k=k, kind=kind
+    )
+    return None if found is None else (found[0], found[1].rows())
+
+
+async def lexical_ranking_for_user(
+    conn: Connection,
+    *,
+    tenant: str,
+    user: str,
+    terms: list[str],
+    k: int,
+    kind: str | None = None,
+) -> tuple[int, Ranking] | None:
+    """``lexical_search_for_user``'s memories, unbuilt."""
     rows = await (await _driver(conn)).fetch(LEXICAL_FOR_USER, user, terms, kind, k, tenant)
     if not rows:
         return None
-    hits = Ranking([r for r in rows if r["id"] is not None], start=1).rows()  # after user_pk
-    return int(rows[0]["user_pk"]), hits
+    return int(rows[0]["user_pk"]), Ranking([r for r in rows if r["id"] is not None], start=1)
 
 
 async def turns_and_pinned(
