@@ -1,6 +1,6 @@
 """Vector search over many users' memories: the production path against HNSW-then-filter.
 
-    python -m bench.memory --out memory.json [--users U --per-user M --dim 512 --k 10
+    python -m bench.memory --out memory.json [--users U --per-user M --k 10
                                              --queries Q --heavy H --seed S
                                              --storage default|plain] [--scale]
 
@@ -32,10 +32,11 @@ A third series runs ``vector_search`` on heavy users with a rare ``kind`` filter
 and a scan curve times the exact and the iterative-HNSW SQL alone on users of
 growing size (the evidence for ``EXACT_SCAN_MAX``).
 
-``--scale`` is the issue's target, 1M memories across 10k users at 384-d. The
-``memories.embedding`` column is ``vector(512)``; for another ``--dim`` the
-benchmark alters the column of its throwaway database to ``vector(dim)``, so the
-production SQL runs unchanged against the same table, indexes and planner.
+``--scale`` is the issue's target, 1M memories across 10k users. Vectors have the
+schema's width (``EMBEDDING_DIM``, 512): the production statements cast to it, so
+the same SQL runs against the same tables, indexes and planner. The loader fills
+``memory_vectors`` (the half-precision copies the ranking reads) as migration 0009
+does.
 ``--storage plain`` sets the column's storage to PLAIN before the load (a what-if:
 512-d vectors otherwise go to TOAST, see the report).
 """
@@ -56,13 +57,14 @@ from typing import Any
 import asyncpg
 import numpy as np
 from pgvector.asyncpg import register_vector
-from sqlalchemy import event, make_url, text
+from sqlalchemy import TextClause, event, make_url, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from app.stores import memories as repo
 from app.stores.embedded import throwaway_embedded
-from app.stores.engine import install_codecs
+from app.stores.engine import driver_connection, install_codecs
 from app.stores.migrate import upgrade_to_head
+from app.stores.tables import EMBEDDING_DIM
 from bench.latency import machine
 
 TENANT = "bench"
@@ -220,8 +222,6 @@ async def load(url: str, p: Params, c: Corpus) -> dict[str, Any]:
     conn = await raw_connect(url)
     try:
         await conn.execute("DROP INDEX memories_embedding_hnsw_idx")
-        if p.dim != 512:
-            await conn.execute(f"ALTER TABLE memories ALTER COLUMN embedding TYPE vector({p.dim})")
         if p.storage == "plain":
             await conn.execute("ALTER TABLE memories ALTER COLUMN embedding SET STORAGE PLAIN")
         user_pks = await conn.fetch(
@@ -263,6 +263,13 @@ async def load(url: str, p: Params, c: Corpus) -> dict[str, Any]:
                     "embedding_dim",
                 ],
             )
+        # The half-precision copies the production ranking reads (as migration 0009's
+        # backfill writes them: a user's rows side by side).
+        await conn.execute(
+            "INSERT INTO memory_vectors (memory_id, user_id, kind, embedding)"
+            f" SELECT id, user_id, kind, CAST(embedding AS halfvec({EMBEDDING_DIM}))"
+            " FROM memories ORDER BY user_id, id"
+        )
         copy_s = time.perf_counter() - began
         workers = max(1, (os.cpu_count() or 2) - 1)
         await conn.execute(f"SET maintenance_work_mem = '{p.maintenance_work_mem}'")
@@ -274,6 +281,7 @@ async def load(url: str, p: Params, c: Corpus) -> dict[str, Any]:
         build_s = time.perf_counter() - began
         began = time.perf_counter()
         await conn.execute("VACUUM ANALYZE memories")
+        await conn.execute("VACUUM ANALYZE memory_vectors")
         await conn.execute("VACUUM ANALYZE users")
         vacuum_s = time.perf_counter() - began
         sizes = await conn.fetchrow("""
@@ -423,10 +431,36 @@ async def post_filter(
     return ms, [int(r.id) - 1 for r in rows]
 
 
+def vector_args(params: dict[str, Any]) -> tuple[Any, ...]:
+    """``params`` in the order of the production vector statements' placeholders
+    ($1 user, $2 query vector, $3 model, $4 kind or NULL, $5 k)."""
+    return (params["user_pk"], params["q"], params["model"], params["kind"], params["k"])
+
+
+async def driver_fetch(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> list[Any]:
+    """A production vector statement (driver SQL, positional) on ``conn``'s connection."""
+    db = await driver_connection(conn)
+    return list(await db.fetch(sql, *vector_args(params)))
+
+
 async def explain(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> dict[str, Any]:
     """The plan's top scan node and what it read, from EXPLAIN (ANALYZE, BUFFERS)."""
-    plan = await conn.execute(text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql), params)
-    tree = plan.scalar_one()[0]
+    db = await driver_connection(conn)
+    plan = await db.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *vector_args(params))
+    return plan_summary((json.loads(plan) if isinstance(plan, str | bytes) else plan)[0])
+
+
+async def explain_text(
+    conn: AsyncConnection, statement: TextClause, params: dict[str, Any]
+) -> dict[str, Any]:
+    """``explain`` for a SQLAlchemy statement with named parameters."""
+    sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement.text
+    plan = await conn.execute(text(sql), params)
+    return plan_summary(plan.scalar_one()[0])
+
+
+def plan_summary(tree: dict[str, Any]) -> dict[str, Any]:
+    """The scan nodes of one EXPLAIN (FORMAT JSON) tree, what they read, and JIT."""
 
     def scans(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         if "Scan" in node["Node Type"]:
@@ -579,11 +613,11 @@ async def sample_plans(
             await hnsw_settings(conn, p.k)
             out[label] = {
                 "memories": int(c.sizes[u]),
-                "vector_exact": await explain(conn, repo.VECTOR_EXACT.text, params),
-                "vector_hnsw": await explain(conn, repo.VECTOR_HNSW.text, params),
+                "vector_exact": await explain(conn, repo.VECTOR_EXACT, params),
+                "vector_hnsw": await explain(conn, repo.VECTOR_HNSW, params),
             }
             await conn.rollback()
-        out[label]["post_filter"] = await explain(pf, POST_FILTER.text, params)
+        out[label]["post_filter"] = await explain_text(pf, POST_FILTER, params)
     return out
 
 
@@ -614,16 +648,16 @@ async def scan_curve(
                     "kind": None,
                 }
                 began = time.perf_counter()
-                await conn.execute(repo.VECTOR_EXACT, params)
+                await driver_fetch(conn, repo.VECTOR_EXACT, params)
                 t_exact = (time.perf_counter() - began) * 1000
                 began = time.perf_counter()
-                got = (await conn.execute(repo.VECTOR_HNSW, params)).all()
+                got = await driver_fetch(conn, repo.VECTOR_HNSW, params)
                 t_hnsw = (time.perf_counter() - began) * 1000
                 if i >= 2:  # two warm-up rounds
                     exact_ms.append(t_exact)
                     hnsw_ms.append(t_hnsw)
                     truth = exact_top(c, u, q, p.k)
-                    recall.append(len({r.id - 1 for r in got} & set(truth)) / len(truth))
+                    recall.append(len({r["id"] - 1 for r in got} & set(truth)) / len(truth))
             await conn.rollback()
         rows.append(
             {
@@ -669,11 +703,11 @@ async def hnsw_sweep(
                     "kind": None,
                 }
                 began = time.perf_counter()
-                got = (await conn.execute(repo.VECTOR_HNSW, params)).all()
+                got = await driver_fetch(conn, repo.VECTOR_HNSW, params)
                 if i >= 5:
                     ms.append((time.perf_counter() - began) * 1000)
                     truth = exact_top(c, u, q, p.k)
-                    recall.append(len({r.id - 1 for r in got} & set(truth)) / len(truth))
+                    recall.append(len({r["id"] - 1 for r in got} & set(truth)) / len(truth))
             await conn.rollback()
         rows.append(
             {
@@ -795,7 +829,6 @@ def parse(argv: Sequence[str] | None = None) -> tuple[Params, Path]:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--users", type=int, default=500)
     ap.add_argument("--per-user", type=int, default=100, help="mean memories per user")
-    ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--queries", type=int, default=400)
     ap.add_argument("--heavy", type=int, default=None, help="users above EXACT_SCAN_MAX")
@@ -803,10 +836,11 @@ def parse(argv: Sequence[str] | None = None) -> tuple[Params, Path]:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--storage", choices=("default", "plain"), default="default")
     ap.add_argument("--maintenance-work-mem", default="4GB")
-    ap.add_argument("--scale", action="store_true", help="1M memories, 10k users, 384-d")
+    ap.add_argument("--scale", action="store_true", help="1M memories, 10k users")
     a = ap.parse_args(argv)
     if a.scale:
-        a.users, a.per_user, a.dim = 10_000, 100, 384
+        a.users, a.per_user = 10_000, 100
+    a.dim = EMBEDDING_DIM
     a.heavy = a.heavy if a.heavy is not None else max(3, a.users // 1000)
     given = {f.name for f in fields(Params)} & vars(a).keys()
     return Params(**{name: getattr(a, name) for name in given}), a.out
