@@ -284,11 +284,11 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         # The API beside it is served first, from the start (imports, the model's load):
         # every thread, and the ones started later inherit it (the model's BLAS pool).
         lower_process(settings.worker_nice, idle=settings.worker_idle)
-    import httpx
     from prometheus_client import start_http_server
 
     from app.core import tracing
     from app.core.metrics import Metrics
+    from app.providers.http11 import outbound_client
     from app.services.memories import check_stored_models
     from app.stores.engine import make_engine, renice_backends
     from app.wiring import build_embedder_from_settings, build_worker
@@ -304,7 +304,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             renice_backends(engine, backend_nice)
         tracing.setup(settings.tracing)
         tracing.instrument_engine(engine)
-        http = httpx.AsyncClient()
+        http = outbound_client()
         embedder = build_embedder_from_settings(settings, http)
         if embedder is not None:
             async with engine.connect() as conn:
@@ -459,8 +459,7 @@ def cmd_misses(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_reembed(settings: Settings, args: argparse.Namespace) -> int:
-    import httpx
-
+    from app.providers.http11 import outbound_client
     from app.services.memories import reembed
     from app.stores.engine import make_engine
     from app.wiring import build_embedder_from_settings
@@ -470,7 +469,7 @@ def cmd_reembed(settings: Settings, args: argparse.Namespace) -> int:
     async def run() -> int:
         engine = make_engine(url, pool_size=1)
         try:
-            async with httpx.AsyncClient() as http:
+            async with outbound_client() as http:
                 embedder = build_embedder_from_settings(settings, http)
                 if embedder is None:
                     print("no embedder configured (MNEMO_EMBEDDER=none)", file=sys.stderr)

@@ -30,6 +30,7 @@ from app.core.config import Settings, reveal
 from app.core.metrics import Metrics
 from app.core.tokens import encoding
 from app.providers.embed import Embedder, build_embedder
+from app.providers.http11 import outbound_client
 from app.providers.llm import chat_client_from_settings
 from app.services.auth import Guard
 from app.services.compression import CompressionDeps, compress
@@ -194,7 +195,7 @@ def create_app(
         app.state.guard = Guard(app.state.engine)
         stop = asyncio.Event()
         worker_task = None
-        http = app.state.http = httpx.AsyncClient()
+        http = app.state.http = outbound_client()
         app.state.embedder = build_embedder_from_settings(settings, http)
         if app.state.embedder is not None:
             async with app.state.engine.connect() as conn:

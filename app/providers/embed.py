@@ -272,7 +272,9 @@ class OpenAIEmbedder:
     ) -> None:
         self._http = http
         self._url = base_url.rstrip("/") + "/embeddings"
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
         self._model = model
         self._batch_size = batch_size
         self._timeout_s = timeout_s
@@ -318,7 +320,10 @@ class OpenAIEmbedder:
     async def _post(self, body: dict[str, Any]) -> httpx.Response:
         try:
             return await self._http.post(
-                self._url, json=body, headers=self._headers, timeout=self._timeout_s
+                self._url,
+                content=orjson.dumps(body),
+                headers=self._headers,
+                timeout=self._timeout_s,
             )
         except httpx.TimeoutException as exc:
             raise EmbeddingUnavailable(f"embedding request timed out: {exc!r}") from exc
