@@ -320,4 +320,8 @@ def test_latency_rounds_pool_every_read_and_divide_cpu_by_reads() -> None:
     assert figures["new_query_postgres_cpu_ms_per_read"] is None
     assert figures["new_query_healthz_ms_p50"] == 2.0
     assert figures["new_query_reads_differing"] == 1
+    warm = rounds_stats(rounds, kind="warm")
+    assert warm["context_ms_p50_new_query_warm"] == 25.0
+    assert warm["new_query_warm_reads"] == 4
+    assert not {"context_ms_p50_new_query", "new_query_reads"} & warm.keys()
     assert rounds_stats([]) == {}
