@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -306,13 +307,43 @@ def _rendered_alone(said: tuple[tuple[int, str, str | None], ...], left_out: fro
     return render(kept.model_copy(update={"last_seq": max(seqs)}))
 
 
-@lru_cache(maxsize=1024)
-def _live_state(said: tuple[tuple[int, str, str | None], ...], lang: str) -> TaskState:
+_Said = tuple[tuple[int, str, str | None], ...]  # (seq, text, record), oldest first
+
+# The live states read, by the turns they merge and their language, with the latest
+# rule or step said (what a later bare withdrawal retires): kept so that the read
+# after a new turn merges that turn's units alone onto the state of the turns before
+# it (``said[:-1]``), not every live turn again. The key is what the read read, so a
+# state kept is never stale: another process's turn, a compaction or a record written
+# meanwhile makes another key.
+_LIVE_STATES: OrderedDict[tuple[_Said, str], tuple[TaskState, str | None]] = OrderedDict()
+LIVE_STATES_KEPT = 1024
+
+
+def _live_state(said: _Said, lang: str) -> TaskState:
     """What the live user turns ``said`` ((seq, text, record), oldest first) state, merged as
     the next compression merges it; a bare withdrawal retires the latest rule or step
-    said before it. Memoised: a session's reads see the same turns until a new one."""
+    said before it. Memoised; from the state of all but the newest turn when that is
+    kept (merging in seq order, one turn's units after another's, is the same merge)."""
+    key = (said, lang)
+    kept = _LIVE_STATES.get(key)
+    if kept is not None:
+        _LIVE_STATES.move_to_end(key)
+        return kept[0]
+    before = _LIVE_STATES.get((said[:-1], lang)) if said else None
+    if before is None:
+        state, latest = _fold(TaskState(language="zh" if lang == "zh" else "en"), said, None)
+    else:
+        state, latest = _fold(before[0], said[-1:], before[1])
+    _LIVE_STATES[key] = (state, latest)
+    if len(_LIVE_STATES) > LIVE_STATES_KEPT:
+        _LIVE_STATES.popitem(last=False)  # the least recently read
+    return state
+
+
+def _fold(state: TaskState, said: _Said, latest: str | None) -> tuple[TaskState, str | None]:
+    """``state`` with the units of ``said`` merged (a new state), and the latest rule or
+    step said after them (``latest``: the latest before them)."""
     units: list[Unit] = []
-    latest: str | None = None
     for seq, text, record in said:
         for unit in _units(text, record):
             if isinstance(unit, RevocationUnit) and unit.target == _LATEST:
@@ -322,7 +353,7 @@ def _live_state(said: tuple[tuple[int, str, str | None], ...], lang: str) -> Tas
             units.append(unit.model_copy(update={"source_seqs": [seq]}))
             if isinstance(unit, (ConstraintUnit, TodoUnit)):
                 latest = unit.key or item_key(unit.kind, unit.text)
-    return merge(TaskState(language="zh" if lang == "zh" else "en"), units)
+    return merge(state, units), latest
 
 
 # ------------------------------------------------------------------ withdrawn rules
