@@ -11,9 +11,13 @@ the idle-class worker with one at its niceness alone (a share of the CPU however
 the machine), and with an idle-class one again once the backlog has cleared.
 
 A replaced worker gets SIGTERM: its running jobs are cancelled, their transactions roll
-back, and each is claimed again when its lease expires (``MNEMO_JOB_LEASE_S``); a job's
-effect and its completion commit together, and only the lease holder may commit
-(``services.jobs``), so a replacement loses and duplicates nothing.
+back, and it hands every job it held back to the queue (``Worker`` in ``app/worker.py``;
+an idle-class worker at once, without the grace a niced one gives its running jobs), so
+the new worker claims them at once. (Before, they waited out their lease,
+``MNEMO_JOB_LEASE_S``: a burst's drain took ~30 s longer with the guard than without.)
+A job's effect and its completion commit together, and only the lease holder may commit
+(``services.jobs``), so a replacement loses and duplicates nothing; a worker killed
+before it could hand its jobs back leaves them to their leases.
 """
 
 from __future__ import annotations

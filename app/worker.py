@@ -2,6 +2,13 @@
 
 A handler changes state through ``JobContext.commit`` (``app/services/jobs.py``),
 which marks the job done in the same transaction as the effect.
+
+On stop (SIGTERM) the worker claims nothing more, lets its running jobs finish for
+``worker_stop_grace_s``, cancels the rest (their transactions roll back: nothing of
+them is applied) and hands every job it still holds back to the queue
+(``queue.hand_back``): another worker claims them at once, not when their lease
+would have expired. A job whose commit went through stays done; one handed back is
+run again from the start, so each is applied once.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ from app.stores.engine import autocommit, renice_backend
 from app.stores.queue import Job
 
 log = logging.getLogger(__name__)
+
+# How long a stopping worker tries to hand its jobs back; past it their leases expire.
+HAND_BACK_TIMEOUT_S = 5.0
 
 
 def asyncpg_dsn(engine: AsyncEngine) -> str:
@@ -76,9 +86,29 @@ class Worker:
                     )
         finally:
             listener.cancel()
-            for task in list(running):
-                task.cancel()
-            await asyncio.gather(listener, *running, return_exceptions=True)
+            await self._wind_down(running)
+            await asyncio.gather(listener, return_exceptions=True)
+
+    async def _wind_down(self, running: set[asyncio.Task[None]]) -> None:
+        """Let the running jobs finish within the grace, stop the others, and hand back
+        every job this worker still holds (``queue.hand_back``)."""
+        grace = 0.0 if _idle_class() else self.settings.worker_stop_grace_s
+        if running and grace > 0:
+            await asyncio.wait(list(running), timeout=grace)
+        for task in list(running):
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        # Also after no job ran: a claim cut short may have taken a job it never returned.
+        try:
+            async with asyncio.timeout(HAND_BACK_TIMEOUT_S), self.engine.begin() as conn:
+                handed = await queue.hand_back(conn, worker=self.name)
+        except (TimeoutError, OSError, DBAPIError, OperationalError) as exc:
+            log.warning(
+                "could not hand back the jobs of %s (their leases will expire): %s", self.name, exc
+            )
+            return
+        if handed:
+            log.info("handed back job(s) %s", handed)
 
     async def _run_periodic(self, due: list[float]) -> None:
         now = time.monotonic()
@@ -110,7 +140,12 @@ class Worker:
         try:
             # The claim is one statement (atomic on its own): no BEGIN/COMMIT around it.
             async with autocommit(self.engine) as conn:
-                return await queue.claim(conn, worker=self.name, lease_s=self.settings.job_lease_s)
+                return await queue.claim(
+                    conn,
+                    worker=self.name,
+                    lease_s=self.settings.job_lease_s,
+                    aging_s=self.settings.job_aging_s,
+                )
         except (OSError, DBAPIError, OperationalError) as exc:
             log.warning("job claim failed, database unavailable? %s", exc)
             return None
@@ -286,6 +321,15 @@ class Worker:
     def _emit(self, what: str, job: Job, data: dict[str, Any]) -> None:
         if self.on_event is not None:
             self.on_event(what, job, data)
+
+
+def _idle_class() -> bool:
+    """Whether this process runs at SCHED_IDLE (``mnemo serve``'s worker child): it gets
+    the CPU only when nothing else wants it, and is stopped when it is starved (the lag
+    guard, ``app/supervisor.py``), so a grace would be spent waiting for the CPU while the
+    jobs it holds wait for it."""
+    idle = getattr(os, "SCHED_IDLE", None)
+    return idle is not None and os.sched_getscheduler(0) == idle
 
 
 async def _first(*aws: Awaitable[Any]) -> None:

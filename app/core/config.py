@@ -120,6 +120,20 @@ class Settings(BaseSettings):
     # woke the worker, and again after its claim: the jobs queued meanwhile join it.
     job_batch_wait_s: float = Field(default=0.05, ge=0, le=10)
     job_lease_s: float = Field(default=60.0, gt=0)
+    job_aging_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="A job due for longer than this is claimed before every job due for less,"
+        " whatever its kind: background work (indexing, promotion) waits about this long"
+        " behind a stream of compressions that keeps up (0: off, the kind's priority alone).",
+    )
+    worker_stop_grace_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="A stopping job worker (SIGTERM) lets its running jobs finish for this"
+        " long, then stops them and hands every job it holds back to the queue, claimable at"
+        " once by another worker (an idle-class worker hands them back at once).",
+    )
     job_max_attempts: int = Field(default=5, ge=1)
     job_backoff_base_s: float = Field(default=2.0, gt=0)
     job_backoff_max_s: float = Field(default=300.0, gt=0)

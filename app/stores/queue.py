@@ -6,7 +6,8 @@ State machine of a job::
     queued ──claim──▶ running ──done──▶ done
       ▲                 │  └──error, attempts left──▶ queued (run_after = now + backoff)
       │                 └────error, no attempts left──▶ dead
-      └──── lease expired (worker died): claimable again as it stands
+      └──── lease expired (worker died), or handed back (worker stopped):
+            claimable again as it stands
 
 NOTIFY on ``mnemo_jobs`` is only a wake-up hint; workers poll as the guarantee.
 """
@@ -107,13 +108,23 @@ UNBLOCKED = """
           AND r.status = 'running' AND (r.locked_until >= now() OR j.status = 'queued'))
 """
 QUEUE_ORDER = "j.priority DESC, j.run_after, j.id"
+# A waiting job due for longer than :aging_s seconds (aged) goes before every job due
+# for less (fresh), whatever their priorities; among aged jobs the priority still
+# decides. Without it a stream of compressions (priority 10) kept every background job
+# (0, 5) waiting for as long as the stream lasted; with it a background job waits about
+# :aging_s, as long as the compressions are claimed within :aging_s themselves. When
+# they are not (the workers cannot keep up with the writes), aged compressions go first
+# and background work waits again: the compressions shape the next context. (Aged jobs
+# taken oldest first, whatever their kind, let a soak's compressions wait behind the
+# whole background backlog: 0 compressions in 90 s.)
+AGED = f"{DUE} AND j.run_after <= now() - make_interval(secs => :aging_s)"
 
 
 def _first_runnable(name: str, which: str, *, where: str = "TRUE", n: str = "1") -> str:
     """A CTE locking the first ``n`` jobs, in the queue's order, of those ``which``
-    (``DUE`` or ``STALLED``) and ``where``; a waiting job is found by walking the index
-    of waiting jobs in that order (``jobs_runnable_idx``), a stalled one by the index of
-    leases (``jobs_lease_idx``), never by sorting every runnable job."""
+    (``DUE``, ``AGED`` or ``STALLED``) and ``where``; a waiting job is found by walking
+    the index of waiting jobs in that order (``jobs_runnable_idx``), a stalled one by the
+    index of leases (``jobs_lease_idx``), never by sorting every runnable job."""
     return f"""{name} AS MATERIALIZED (
         SELECT j.id, j.priority, j.run_after FROM jobs j
         WHERE {which} AND {where} AND {UNBLOCKED}
@@ -122,15 +133,20 @@ def _first_runnable(name: str, which: str, *, where: str = "TRUE", n: str = "1")
         FOR UPDATE SKIP LOCKED)"""
 
 
-# claim: the first runnable job, by priority, then due time: the first waiting job and
-# the first stalled one are each found by their index, and the earlier of the two is
-# taken (the other one's lock ends with the statement).
+# claim: the first aged job (due past the aging bound) by priority, then due time; else
+# the first runnable job in that order. Each candidate (the first aged one, the first
+# waiting one, the first stalled one) is found by its index, and the first of them taken
+# (the others' locks end with the statement; the aged and the first waiting may be one).
 CLAIM = text(f"""
-    WITH {_first_runnable("due", DUE)},
+    WITH {_first_runnable("aged", AGED)},
+    {_first_runnable("due", DUE)},
     {_first_runnable("stalled", STALLED)},
     picked AS (
-        SELECT c.id FROM (SELECT * FROM due UNION ALL SELECT * FROM stalled) AS c
-        ORDER BY c.priority DESC, c.run_after, c.id
+        SELECT c.id FROM (
+            SELECT *, TRUE AS aged FROM aged
+            UNION ALL SELECT *, FALSE FROM due
+            UNION ALL SELECT *, FALSE FROM stalled) AS c
+        ORDER BY c.aged DESC, c.priority DESC, c.run_after, c.id
         LIMIT 1)
     UPDATE jobs SET status = 'running', attempts = attempts + 1, locked_by = :worker,
                     locked_until = now() + make_interval(secs => :lease_s), updated_at = now()
@@ -180,6 +196,19 @@ RETRY_LATER = text("""
                     run_after = now() + make_interval(secs => :delay_s),
                     last_error = :error, updated_at = now()
     WHERE id = :id AND status = 'running' AND locked_by = :worker
+""")
+
+# hand_back: a stopping worker gives back every job it still holds (its runs were
+# stopped and rolled back): claimable by any worker at once, as if its lease had
+# expired. The job stays 'running' under no worker: it keeps its place in the
+# one-running-job index, so its session's next job of its kind still waits for it, and
+# no queued twin can collide with it. Its attempt is not counted: it was stopped, it did
+# not fail (a job on its last attempt would otherwise be buried when claimed again).
+HAND_BACK = text("""
+    UPDATE jobs SET locked_until = now() - interval '1 second', locked_by = NULL,
+                    attempts = attempts - 1, updated_at = now()
+    WHERE status = 'running' AND locked_by = :worker
+    RETURNING id
 """)
 
 # bury: the dead-letter state, kept for inspection.
@@ -313,8 +342,14 @@ def _job(row: Any) -> Job:
     )
 
 
-async def claim(conn: AsyncConnection, *, worker: str, lease_s: float) -> Job | None:
-    row = (await conn.execute(CLAIM, {"worker": worker, "lease_s": lease_s})).first()
+async def claim(
+    conn: AsyncConnection, *, worker: str, lease_s: float, aging_s: float = 60.0
+) -> Job | None:
+    """The next job for ``worker``: the first by priority of those due for more than
+    ``aging_s``, else of all runnable ones (see CLAIM)."""
+    row = (
+        await conn.execute(CLAIM, {"worker": worker, "lease_s": lease_s, "aging_s": aging_s})
+    ).first()
     return None if row is None else _job(row)
 
 
@@ -347,6 +382,11 @@ async def retry_later(
     await conn.execute(
         RETRY_LATER, {"id": job_id, "worker": worker, "delay_s": delay_s, "error": error[:4000]}
     )
+
+
+async def hand_back(conn: AsyncConnection, *, worker: str) -> list[int]:
+    """Give back every job ``worker`` holds, claimable at once; returns their ids."""
+    return sorted(int(i) for i in (await conn.execute(HAND_BACK, {"worker": worker})).scalars())
 
 
 async def bury(conn: AsyncConnection, *, job_id: int, error: str) -> None:

@@ -613,3 +613,89 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_stopped_worker_hands_its_jobs_back_and_the_next_one_runs_them_at_once(
+    db_url: str, tmp_path: Path
+) -> None:
+    """`mnemo worker` gets SIGTERM while it holds jobs (caught holding them, and held
+    still with SIGSTOP). It hands them back: a second worker runs them though
+    their lease (600 s) is far from over; every turn is stored once and each compression
+    happens once."""
+    agent = _mnemo(db_url, "keys", "create", "--tenant", "default", "--scope", "agent")
+    env = SMALL_WINDOW | {"MNEMO_DATABASE_URL": db_url, "MNEMO_EMBEDDED_WORKER": "false"}
+    api = start_server(tmp_path, env=env)
+    worker_env = _env(db_url) | {"MNEMO_JOB_LEASE_S": "600", "MNEMO_WORKER_STOP_GRACE_S": "0"}
+
+    def start(i: int) -> subprocess.Popen[bytes]:
+        with (tmp_path / f"worker-{i}.log").open("wb") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "app.cli", "worker"],
+                env=worker_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        acked = _post_all(api, [(s, b) for s in range(SESSIONS) for b in range(BATCHES)], agent)
+        first = start(1)
+        procs.append(first)
+        name = f"{socket.gethostname()}:{first.pid}"
+        held: list[int] = []
+        deadline = time.monotonic() + 120
+        while not held and time.monotonic() < deadline:
+            if not asyncio.run(_held_by(db_url, name)):
+                time.sleep(0.005)
+                continue
+            os.kill(first.pid, signal.SIGSTOP)
+            time.sleep(0.05)  # a statement already sent finishes meanwhile
+            held = asyncio.run(_held_by(db_url, name))
+            if not held:  # caught between two jobs
+                os.kill(first.pid, signal.SIGCONT)
+        assert held, "the worker was never caught holding a job"
+        first.terminate()
+        os.kill(first.pid, signal.SIGCONT)
+        assert first.wait(30) == 0
+        assert asyncio.run(_held_by(db_url, name)) == []
+        second = start(2)
+        procs.append(second)
+        deadline = time.monotonic() + 120  # well inside the lease of the handed-back jobs
+        while asyncio.run(_not_done(db_url)):
+            assert time.monotonic() < deadline, asyncio.run(_not_done(db_url))
+            time.sleep(0.3)
+    finally:
+        for p in procs:
+            p.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGCONT)
+            p.wait(30)
+        api.stop()
+    archive = asyncio.run(_archive(db_url))
+    events = archive.pop("__events__")
+    event_seqs = archive.pop("__event_seqs__")
+    assert {ext: seq for turns in archive.values() for ext, seq in turns} == acked
+    assert events, "no compression ran"
+    assert len({name.rsplit("|", 1)[0] for name, _ in events}) == len(events)
+    assert len(set(event_seqs)) == len(event_seqs)
+    assert len({job for _, _, job in (n.split("|") for n, _ in events)}) == len(events)
+
+
+async def _held_by(db_url: str, worker: str) -> list[int]:
+    conn = await asyncpg.connect(_dsn(db_url, str(make_url(db_url).database)))
+    try:
+        rows = await conn.fetch(
+            "SELECT id FROM jobs WHERE status = 'running' AND locked_by = $1 ORDER BY id", worker
+        )
+    finally:
+        await conn.close()
+    return [r["id"] for r in rows]
+
+
+async def _not_done(db_url: str) -> list[tuple[int, str, str]]:
+    conn = await asyncpg.connect(_dsn(db_url, str(make_url(db_url).database)))
+    try:
+        rows = await conn.fetch("SELECT id, kind, status FROM jobs WHERE status <> 'done'")
+    finally:
+        await conn.close()
+    return [(r["id"], r["kind"], r["status"]) for r in rows]

@@ -108,7 +108,8 @@ async def test_a_batch_claim_keeps_plans_made_for_its_values(engine: AsyncEngine
 async def test_a_claim_walks_the_runnable_index_not_every_waiting_job(engine: AsyncEngine) -> None:
     """With 10,000 jobs waiting, a claim sorted every runnable job (a scan of the queue and
     its sort, for each claim of each worker); it reads the first entries of the index of
-    waiting jobs instead, in the queue's order: priority, then due time."""
+    waiting jobs instead, in the queue's order: priority, then due time; and, once they
+    have waited past the aging bound, those of the index of waiting jobs in due order."""
     async with engine.begin() as conn:
         await conn.execute(
             text("""
@@ -121,11 +122,22 @@ async def test_a_claim_walks_the_runnable_index_not_every_waiting_job(engine: As
             conn, tenant_id="default", session_id=None, kind=JobKind.COMPRESS, max_attempts=3
         )
         await conn.execute(text("ANALYZE jobs"))
+    never = 10.0**6  # no job has waited that long: the priority decides
     async with autocommit(engine) as conn:
         db = await driver_connection(conn)
-        claimed = [await queue.claim(conn, worker="w", lease_s=30) for _ in range(RUNS)]
+        claimed = [
+            await queue.claim(conn, worker="w", lease_s=30, aging_s=never) for _ in range(RUNS)
+        ]
         assert claimed[0] is not None and claimed[0].id == urgent
         oldest = [j.id for j in claimed[1:] if j is not None]
         assert oldest == list(range(1, RUNS))  # the longest due first
-        read, _ = await buffers(db, "locked_by = $1", "w", 30)
-    assert read < 40, read  # the head of the index (166 when it sorted), not the 10,000 jobs
+        read, _ = await buffers(db, "aged AS MATERIALIZED", never, "w", 30)  # claims job RUNS
+        assert read < 40, read  # the head of the index (166 when it sorted), not the 10,000
+        await queue.enqueue(
+            conn, tenant_id="default", session_id=None, kind=JobKind.COMPRESS, max_attempts=3
+        )
+        # Every embedding job has waited past 60 s: the oldest goes before the compression.
+        aged = [await queue.claim(conn, worker="w", lease_s=30, aging_s=60) for _ in range(RUNS)]
+        assert [j.id for j in aged if j is not None] == list(range(RUNS + 1, 2 * RUNS + 1))
+        read, _ = await buffers(db, "aged AS MATERIALIZED", 60.0, "w", 30)
+    assert read < 40, read
