@@ -58,33 +58,28 @@ async def add_memory(
     max_attempts: int,
 ) -> Added:
     """Store a memory (or confirm the same one), and have the worker embed it."""
-    key = text_key(text)
-    terms = index_terms(text)
-
-    async def add() -> repo.AddedRow | None:
-        return await repo.add_memory(
-            conn,
-            tenant=tenant,
-            user=user,
-            kind=kind,
-            text_=text,
-            text_key=key,
-            pinned=pinned,
-            ttl_days=None if pinned else ttl_days,
-            source=source,
-            metadata=metadata,
-            terms=terms,
-            embed_job=queue.JobWanted(kind=JobKind.EMBED_MEMORIES, max_attempts=max_attempts),
-            embed_key_prefix=EMBED_JOB_KEY_PREFIX,
-        )
+    memory = repo.MemoryToAdd(
+        tenant=tenant,
+        user=user,
+        kind=kind,
+        text=text,
+        text_key=text_key(text),
+        pinned=pinned,
+        ttl_days=None if pinned else ttl_days,
+        source=source,
+        metadata=metadata,
+        terms=index_terms(text),
+        embed_job=queue.JobWanted(kind=JobKind.EMBED_MEMORIES, max_attempts=max_attempts),
+        embed_key_prefix=EMBED_JOB_KEY_PREFIX,
+    )
 
     # One statement for a user already known (the memory, its postings and its
     # embedding job: atomic on its own, so the caller may run it in autocommit);
     # a first-seen user is created first.
-    added = await add()
+    added = await repo.add_memory(conn, memory)
     if added is None:
         await sessions.ensure_user(conn, tenant=tenant, user=user)
-        added = await add()
+        added = await repo.add_memory(conn, memory)
         assert added is not None
     return Added(added.memory, created=added.created)
 

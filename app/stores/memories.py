@@ -623,50 +623,57 @@ class AddedRow:
     user_pk: int
 
 
-async def add_memory(
-    conn: Connection,
-    *,
-    tenant: str,
-    user: str,
-    kind: str,
-    text_: str,
-    text_key: str,
-    pinned: bool,
-    ttl_days: int | None,
-    source: dict[str, Any],
-    metadata: dict[str, Any],
-    terms: list[str],
-    embed_job: queue.JobWanted,
-    embed_key_prefix: str,
-) -> AddedRow | None:
+@dataclass(frozen=True)
+class MemoryToAdd:
+    """What ``add_memory`` writes: a memory of a user named by tenant and external id,
+    its postings (``terms``, with repeats) and its embedding job (``embed_job``,
+    deduplicated per user: ``embed_key_prefix`` + the user's id)."""
+
+    tenant: str
+    user: str
+    kind: str
+    text: str
+    text_key: str
+    pinned: bool
+    ttl_days: int | None
+    source: dict[str, Any]
+    metadata: dict[str, Any]
+    terms: list[str]
+    embed_job: queue.JobWanted
+    embed_key_prefix: str
+
+    def arguments(self) -> list[Any]:
+        """``ADD_MEMORY_ON_DRIVER``'s arguments, in order."""
+        params = {
+            "tenant": self.tenant,
+            "user": self.user,
+            "kind": self.kind,
+            "text": self.text,
+            "text_key": self.text_key,
+            "pinned": self.pinned,
+            "ttl_days": self.ttl_days,
+            "source": self.source,
+            "metadata": self.metadata,
+            **postings(self.terms),
+            **queue.within_params(
+                tenant_id=self.tenant,
+                kind=self.embed_job.kind,
+                max_attempts=self.embed_job.max_attempts,
+                delay_s=self.embed_job.delay_s,
+            ),
+            "job_key_prefix": self.embed_key_prefix,
+        }
+        return [params[name] for name in ADD_MEMORY_ON_DRIVER[1]]
+
+
+async def add_memory(conn: Connection, memory: MemoryToAdd) -> AddedRow | None:
     """The added (or confirmed) memory; None when the user does not exist yet. A new
-    memory's ``embed_job`` (deduplicated per user: ``embed_key_prefix`` + the user's
-    id) is enqueued by the same statement.
+    memory's embedding job is enqueued by the same statement.
 
     One statement, atomic on its own, sent on the driver connection: for an autocommit
     connection (or the driver's own), not inside a SQLAlchemy transaction, which it
     would not be part of."""
-    params = {
-        "tenant": tenant,
-        "user": user,
-        "kind": kind,
-        "text": text_,
-        "text_key": text_key,
-        "pinned": pinned,
-        "ttl_days": ttl_days,
-        "source": source,
-        "metadata": metadata,
-        **postings(terms),
-        **queue.within_params(
-            tenant_id=tenant,
-            kind=embed_job.kind,
-            max_attempts=embed_job.max_attempts,
-            delay_s=embed_job.delay_s,
-        ),
-        "job_key_prefix": embed_key_prefix,
-    }
-    sql, names = ADD_MEMORY_ON_DRIVER
-    r = await (await _driver(conn)).fetchrow(sql, *[params[name] for name in names])
+    r = await (await _driver(conn)).fetchrow(ADD_MEMORY_ON_DRIVER[0], *memory.arguments())
     if r is None:
         return None
     return AddedRow(memory=_row(r), created=r["created"], user_pk=r["user_id"])

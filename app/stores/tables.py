@@ -329,6 +329,13 @@ memories = Table(
     Index(
         "memories_user_live_idx", "user_id", "kind", postgresql_where=text("superseded_by IS NULL")
     ),
+    # An add's restatement look-up (ADD_MEMORY's ``existing``): one probe, not a scan.
+    Index(
+        "memories_user_text_key_idx",
+        "user_id",
+        "text_key",
+        postgresql_where=text("superseded_by IS NULL"),
+    ),
     Index(
         "memories_embedding_hnsw_idx",
         "embedding",
