@@ -304,7 +304,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             renice_backends(engine, backend_nice)
         tracing.setup(settings.tracing)
         tracing.instrument_engine(engine)
-        http = outbound_client()
+        http = outbound_client(settings.outbound_http)
         embedder = build_embedder_from_settings(settings, http)
         if embedder is not None:
             async with engine.connect() as conn:
@@ -469,7 +469,7 @@ def cmd_reembed(settings: Settings, args: argparse.Namespace) -> int:
     async def run() -> int:
         engine = make_engine(url, pool_size=1)
         try:
-            async with outbound_client() as http:
+            async with outbound_client(settings.outbound_http) as http:
                 embedder = build_embedder_from_settings(settings, http)
                 if embedder is None:
                     print("no embedder configured (MNEMO_EMBEDDER=none)", file=sys.stderr)

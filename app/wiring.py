@@ -195,7 +195,7 @@ def create_app(
         app.state.guard = Guard(app.state.engine)
         stop = asyncio.Event()
         worker_task = None
-        http = app.state.http = outbound_client()
+        http = app.state.http = outbound_client(settings.outbound_http)
         app.state.embedder = build_embedder_from_settings(settings, http)
         if app.state.embedder is not None:
             async with app.state.engine.connect() as conn:

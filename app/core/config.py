@@ -173,6 +173,13 @@ class Settings(BaseSettings):
     llm_model: str = "gpt-4o-mini"
     llm_timeout_s: float = Field(default=30.0, gt=0)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
+    outbound_http: Literal["keepalive", "httpx"] = Field(
+        default="keepalive",
+        description="Transport of the outbound calls (embedding API, LLM): keepalive"
+        " (app/providers/http11.py: HTTP/1.1 keep-alive, httptools' parser; ~0.5 ms less"
+        " CPU a call) or httpx (httpx's own transport, for an endpoint the first one does"
+        " not serve well). A proxy from the environment always uses httpx's.",
+    )
 
     # Long-term memory
     embedder: EmbedderKind = Field(

@@ -206,9 +206,10 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
             await self._fallback.aclose()
 
 
-def outbound_client() -> httpx.AsyncClient:
-    """The client for the service's outbound calls: ``KeepAliveTransport``, unless the
-    environment names a proxy (httpx's own transport speaks to it)."""
-    if urllib.request.getproxies():  # what httpx reads when it builds its proxies
+def outbound_client(transport: str = "keepalive") -> httpx.AsyncClient:
+    """The client for the service's outbound calls: ``KeepAliveTransport``, unless
+    ``transport`` is "httpx" (``MNEMO_OUTBOUND_HTTP``) or the environment names a proxy
+    (httpx's own transport speaks to it)."""
+    if transport == "httpx" or urllib.request.getproxies():  # what httpx reads for proxies
         return httpx.AsyncClient()
     return httpx.AsyncClient(transport=KeepAliveTransport())

@@ -250,3 +250,26 @@ def test_a_proxy_from_the_environment_leaves_the_transport_to_httpx(
     assert isinstance(outbound_client()._transport, KeepAliveTransport)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     assert isinstance(outbound_client()._transport, httpx.AsyncHTTPTransport)
+
+
+def test_mnemo_outbound_http_httpx_keeps_httpx_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from app.core.config import Settings
+
+    for name in (
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MNEMO_OUTBOUND_HTTP", "httpx")
+    chosen = Settings().outbound_http
+    assert isinstance(outbound_client(chosen)._transport, httpx.AsyncHTTPTransport)
+    assert isinstance(outbound_client("keepalive")._transport, KeepAliveTransport)
+    monkeypatch.setenv("MNEMO_OUTBOUND_HTTP", "h2")
+    with pytest.raises(ValidationError, match="outbound_http"):
+        Settings()
