@@ -79,6 +79,10 @@ def _wait(condition: object, timeout_s: float = 20.0) -> None:
 
 
 def _environ(process: subprocess.Popen[bytes]) -> dict[str, str]:
+    """The child's environment, once it runs CHILD: between fork and exec /proc shows
+    the parent's (a loaded box can stretch that gap past the first read)."""
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    _wait(lambda: CHILD.encode() in cmdline.read_bytes())
     raw = Path(f"/proc/{process.pid}/environ").read_bytes()
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
     return {k.decode(): v.decode() for k, v in pairs}
