@@ -968,6 +968,7 @@ def main(spec: Spec, argv: Sequence[str] | None, extra: Callable[[Any], None]) -
         "jobs": run["jobs"],
         "analysed": run["analysed"],
         "latency_rounds": run["latency_rounds"],
+        "latency_rounds_warm": run["latency_rounds_warm"],
         "targets": [],
         "session_labels": dataset.session_labels,
         "history_tokens": run["history_tokens"],
