@@ -102,14 +102,13 @@ _COLUMNS = len(_FIELDS) - 1
 assert [c.strip().removeprefix("m.") for c in MEMORY_COLUMNS.split(",")] == list(_FIELDS[:-1])
 
 
-def _row_at(r: asyncpg.Record, start: int, *, scored: bool) -> MemoryRow:
-    """The memory in ``r``'s ``MEMORY_COLUMNS`` from column ``start`` on, with the score
-    in the column after them when ``scored``: by position, not by name (the /context
-    path builds about a hundred rows a read; 4.5 µs a row against 6.5). (Setting the
-    fields into the instance's ``__dict__`` would build it faster still, but every later
-    attribute read of such an instance costs four times as much.)"""
-    end = start + _COLUMNS
-    values: tuple[Any, ...] = (*r[start:end], float(r[end]) if scored else None)
+def _row_at(r: asyncpg.Record, start: int) -> MemoryRow:
+    """The memory in ``r``'s ``MEMORY_COLUMNS`` from column ``start`` on, unscored: by
+    position, not by name (the /context path builds about a hundred rows a read; 4.5 µs
+    a row against 6.5). (Setting the fields into the instance's ``__dict__`` would build
+    it faster still, but every later attribute read of such an instance costs four times
+    as much.) The search legs' rows are built by ``_searched_at``."""
+    values: tuple[Any, ...] = (*r[start : start + _COLUMNS], None)
     return MemoryRow(*values)
 
 
@@ -798,7 +797,7 @@ async def turns_and_pinned(
     turns: list[MemoryRow] = []
     pinned: list[MemoryRow] = []
     for r in rows:
-        (pinned if r["high_stakes"] else turns).append(_row_at(r, 0, scored=False))
+        (pinned if r["high_stakes"] else turns).append(_row_at(r, 0))
     return turns, pinned
 
 
