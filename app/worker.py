@@ -9,6 +9,10 @@ them is applied) and hands every job it still holds back to the queue
 (``queue.hand_back``): another worker claims them at once, not when their lease
 would have expired. A job whose commit went through stays done; one handed back is
 run again from the start, so each is applied once.
+
+A job that runs past ``job_timeout_s`` is stopped the same way and counts as a failed
+attempt: a handler that hangs (an endpoint that never answers) cannot hold a worker's
+slot for good, nor, handed back at every stop with its attempt refunded, run forever.
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ from app.stores.engine import autocommit, renice_backend
 from app.stores.queue import Job
 
 log = logging.getLogger(__name__)
+
+
+class JobTimedOut(Exception):
+    """A job ran past ``job_timeout_s`` and was stopped."""
+
 
 # How long a stopping worker tries to hand its jobs back; past it their leases expire.
 HAND_BACK_TIMEOUT_S = 5.0
@@ -170,6 +179,7 @@ class Worker:
             batch=tuple(batch) if len(batch) > 1 else (),
         )
         heartbeat = asyncio.create_task(self._heartbeat([j.id for j in ctx.jobs]))
+        deadline = asyncio.timeout(self.settings.job_timeout_s)
         try:
             with tracing.span(
                 f"job {job.kind}",
@@ -181,7 +191,8 @@ class Worker:
                     "mnemo.job.batch": len(ctx.jobs),
                 },
             ):
-                await handler(ctx)
+                async with deadline:
+                    await handler(ctx)
             if not ctx.committed:
                 async with self.engine.begin() as conn:
                     await queue.complete_all(
@@ -196,8 +207,12 @@ class Worker:
             await self._release(ctx.pending, "rolled back with its batch: a lease was lost")
             self._emit("lease_lost", job, {})
         except Exception as exc:  # a handler's failure is the job's, never the worker's
+            failure = exc
+            if deadline.expired():
+                limit = self.settings.job_timeout_s
+                failure = JobTimedOut(f"stopped after MNEMO_JOB_TIMEOUT_S ({limit:g} s)")
             for failed in ctx.pending:  # those a commit of their own finished stay done
-                await self._after_failure(failed, exc)
+                await self._after_failure(failed, failure)
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):

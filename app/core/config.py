@@ -134,6 +134,13 @@ class Settings(BaseSettings):
         " long, then stops them and hands every job it holds back to the queue, claimable at"
         " once by another worker (an idle-class worker hands them back at once).",
     )
+    job_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="A job running longer than this is stopped (its transaction rolls back)"
+        " and counts as a failed attempt, retried with backoff like any failure: a handler"
+        " that hangs frees its worker's slot and runs out of attempts.",
+    )
     job_max_attempts: int = Field(default=5, ge=1)
     job_backoff_base_s: float = Field(default=2.0, gt=0)
     job_backoff_max_s: float = Field(default=300.0, gt=0)
