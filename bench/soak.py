@@ -635,6 +635,7 @@ async def soak(base_url: str, args: argparse.Namespace, service: Service | None)
             await run_clients(soaks, args.warmup, args.think_ms / 1000)
         print(f"soak: {args.clients} clients × {args.duration:g} s", file=sys.stderr)
         start = await scrape(admin)
+        mark = await last_audited(service) if service else None
         rec.measuring = True
         cpu0, srv0 = time.process_time(), service.cpu_seconds() if service else None
         began = time.perf_counter()
@@ -650,10 +651,12 @@ async def soak(base_url: str, args: argparse.Namespace, service: Service | None)
         client_cpu = time.process_time() - cpu0
         srv1 = service.cpu_seconds() if service else None
         after_load = await scrape(admin)
+        audited_load = await audited_since(service, mark) if service and mark is not None else None
         waited, drained = 0.0, after_load
         if not args.no_worker:
             print("draining the job queue", file=sys.stderr)
             waited, drained = await drain(admin, args.drain)
+        audited = await audited_since(service, mark) if service and mark is not None else None
         print("auditing the archive", file=sys.stderr)
         audit_began = time.perf_counter()
         audit = await run_audit(admin, books)
@@ -661,6 +664,23 @@ async def soak(base_url: str, args: argparse.Namespace, service: Service | None)
     finally:
         await asyncio.gather(*(c.aclose() for c in clients), admin.aclose())
     total = sum(len(v) for v in rec.latencies.values())
+    compressions = {
+        "compressions_counted_from": "/metrics",
+        "compressions_during_load": after_load["compressions"] - start["compressions"],
+        "compressions_after_drain": drained["compressions"] - start["compressions"],
+        "compressions_by_extractor_trigger": drained["compressions_by"],
+        "extractor_fallbacks": drained["fallbacks"],
+        "compression_time": compression_time(start, drained),
+    }
+    if audited_load is not None and audited is not None:
+        compressions = {
+            "compressions_counted_from": "compression_events",
+            "compressions_during_load": audited_load["count"],
+            "compressions_after_drain": audited["count"],
+            "compressions_by_extractor_trigger": audited["by"],
+            "extractor_fallbacks": audited["fallbacks"],
+            "compression_time": audited["time"],
+        }
     return {
         "seconds": round(seconds, 2),
         "requests": total,
@@ -674,11 +694,7 @@ async def soak(base_url: str, args: argparse.Namespace, service: Service | None)
         "violations": violations.counts(),
         "violation_examples": violations.examples,
         "compressions_before_run": before["compressions"],
-        "compressions_during_load": after_load["compressions"] - start["compressions"],
-        "compressions_after_drain": drained["compressions"] - start["compressions"],
-        "compressions_by_extractor_trigger": drained["compressions_by"],
-        "extractor_fallbacks": drained["fallbacks"],
-        "compression_time": compression_time(start, drained),
+        **compressions,
         "queue_after_load": after_load["queue"]
         | {"oldest_age_s": after_load["queue_oldest_age_s"]},
         "queue_after_drain": drained["queue"],
@@ -701,17 +717,68 @@ OLDEST_DUE_COMPRESSION = OLDEST_DUE.text.replace(
 )
 
 
+async def connect_db(service: Service) -> Any:
+    """A connection to the started service's embedded database."""
+    import asyncpg
+
+    return await asyncpg.connect(
+        host=str(service.data_dir / "pg"), user="postgres", database="mnemo"
+    )
+
+
+# Every compression writes one audit row (``compression_events``) in its own
+# transaction, whichever worker process ran it.
+AUDITED_SINCE = """
+    SELECT extractor, trigger, count(*) AS n, count(fallback_reason) AS fallbacks,
+           sum(duration_ms) AS ms, max(id) AS last
+    FROM compression_events WHERE id > $1 GROUP BY extractor, trigger
+"""
+AUDITED_P99_MS = """
+    SELECT percentile_disc(0.99) WITHIN GROUP (ORDER BY duration_ms)
+    FROM compression_events WHERE id > $1
+"""
+
+
+async def last_audited(service: Service) -> int:
+    conn = await connect_db(service)
+    try:
+        return int(await conn.fetchval("SELECT coalesce(max(id), 0) FROM compression_events"))
+    finally:
+        await conn.close()
+
+
+async def audited_since(service: Service, after_id: int) -> dict[str, Any]:
+    """The compressions audited after ``after_id``: counted from the database, so a job
+    worker that `mnemo serve`'s lag guard replaced keeps its share (its /metrics
+    counters leave with it)."""
+    conn = await connect_db(service)
+    try:
+        rows = await conn.fetch(AUDITED_SINCE, after_id)
+        p99 = await conn.fetchval(AUDITED_P99_MS, after_id)
+    finally:
+        await conn.close()
+    n = sum(r["n"] for r in rows)
+    spent_ms = sum(r["ms"] for r in rows)
+    return {
+        "count": n,
+        "by": {f"{r['extractor']}/{r['trigger']}": r["n"] for r in rows},
+        "fallbacks": sum(r["fallbacks"] for r in rows),
+        "time": {
+            "count": n,
+            "total_s": round(spent_ms / 1000, 2),
+            "mean_ms": round(spent_ms / n, 1) if n else None,
+            "p99_ms": None if p99 is None else round(p99, 1),
+        },
+    }
+
+
 async def sample_lag(
     service: Service, out: list[tuple[float, float]], every_s: float = LAG_EVERY_S
 ) -> None:
     """Every ``every_s``, the queue's lag: how long the longest-waiting due job has
     waited (what `mnemo serve`'s lag guard reads; 0: no job due), and the same for
     compressions, from the database."""
-    import asyncpg
-
-    conn = await asyncpg.connect(
-        host=str(service.data_dir / "pg"), user="postgres", database="mnemo"
-    )
+    conn = await connect_db(service)
     try:
         while True:
             waited = [await conn.fetchval(q) for q in (OLDEST_DUE.text, OLDEST_DUE_COMPRESSION)]
