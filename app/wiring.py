@@ -242,6 +242,11 @@ def create_app(
         generate_unique_id_function=openapi.operation_id,
         docs_url=None,  # served by openapi.install from packaged assets, not a CDN
         redoc_url=None,
+        # FastAPI's own OpenTelemetry traces whenever a global provider is set, as
+        # MNEMO_TRACING sets one: TracingMiddleware makes the request's span (with the
+        # route template), so FastAPI's would be a second one for every request. Off,
+        # it also stops looking the providers up on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     encoding()  # load the tokenizer now, not inside the first requests
     metrics = Metrics()

@@ -115,3 +115,28 @@ async def test_jobs_enqueued_while_tracing_carry_the_context(
     assert rows
     for row in rows:
         assert row["payload"][tracing.TRACE_KEY]["traceparent"].split("-")[1] == TRACE_ID
+
+
+async def test_one_server_span_a_request_when_the_provider_is_global(
+    db_url: str, engine: AsyncEngine, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``MNEMO_TRACING`` makes its provider the global one; FastAPI's own telemetry,
+    which traces whenever a global provider is configured, stays off: one server span a
+    request (ours, with the route template), not two."""
+    from opentelemetry import trace
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    tracing.enable(provider)
+    app = create_app(make_settings(db_url), database_url=db_url, engine=engine)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://m") as c:
+            r = await c.post(
+                "/v1/sessions/s-1/turns",
+                json={"user_id": "u", "messages": [{"role": "user", "content": "hi"}]},
+            )
+            assert r.status_code == 201
+    server = [s for s in spans.get_finished_spans() if s.kind == trace.SpanKind.SERVER]
+    assert [s.name for s in server] == ["POST /v1/sessions/{session_id}/turns"]
