@@ -123,7 +123,7 @@ def _settle(embedding: asyncio.Future[Any]) -> None:
 
 
 async def search_memories(
-    conn: AsyncConnection,
+    conn: AsyncConnection | asyncpg.Connection,
     *,
     tenant: str,
     user: str,
@@ -140,7 +140,8 @@ async def search_memories(
     it needs nothing from the database. The first statement is sent before, and a
     local model's pass runs on this thread meanwhile (``embed_beside``).
     """
-    db = await driver_connection(conn)  # every statement of the search reads through it
+    # every statement of the search reads through the driver
+    db = conn if isinstance(conn, asyncpg.Connection) else await driver_connection(conn)
     terms = search_terms(query)
     first = asyncio.ensure_future(
         repo.lexical_ranking_for_user(

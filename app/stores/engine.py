@@ -166,6 +166,23 @@ async def driver_connection(conn: AsyncConnection) -> asyncpg.Connection:
 
 
 @contextlib.asynccontextmanager
+async def driver_checkout(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:
+    """A pooled connection's asyncpg connection, for a caller that sends every statement
+    through the driver (the memory search): one checkout from ``engine``'s pool and its
+    return, without the SQLAlchemy connection around it (starting one, setting its
+    isolation level and closing it cost ~90 µs of CPU against ~20). No ``BEGIN``: each
+    statement is its own transaction, as on ``autocommit``'s connections; the pool's
+    return resets the connection as it does theirs."""
+    pooled = await engine.raw_connection()
+    try:
+        driver = pooled.driver_connection
+        assert isinstance(driver, asyncpg.Connection)
+        yield driver
+    finally:
+        pooled.close()
+
+
+@contextlib.asynccontextmanager
 async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A connection in autocommit, for reads and for a write that is one statement.
 
