@@ -7,6 +7,7 @@ import re
 import time
 import uuid
 
+from prometheus_client import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.logs import request_id
@@ -16,16 +17,37 @@ log = logging.getLogger("mnemo.access")
 SAFE_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
 
 
+def _incoming_id(scope: Scope) -> str:
+    """The caller's ``X-Request-Id`` (the last one sent), or ""."""
+    found = b""
+    for name, value in scope.get("headers") or ():
+        if name == b"x-request-id":
+            found = value
+    return found.decode("latin-1")
+
+
 class ObservabilityMiddleware:
     def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
+        # The histogram's child of each (method, route, status) seen: ``labels`` looks
+        # it up under a lock on every request. As many as the histogram holds anyway.
+        self._latency: dict[tuple[str, str, int], Histogram] = {}
+
+    def _observe(self, method: str, template: str, status: int, elapsed: float) -> None:
+        key = (method, template, status)
+        child = self._latency.get(key)
+        if child is None:
+            child = self._latency[key] = self.metrics.http_latency.labels(
+                method, template, str(status)
+            )
+        child.observe(elapsed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        incoming = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode("latin-1")
+        incoming = _incoming_id(scope)
         rid = incoming if SAFE_ID.match(incoming) else uuid.uuid4().hex
         token = request_id.set(rid)
         status = 500
@@ -45,9 +67,7 @@ class ObservabilityMiddleware:
             elapsed = time.perf_counter() - start
             route = scope.get("route")
             template = getattr(route, "path", "unmatched")
-            self.metrics.http_latency.labels(scope["method"], template, str(status)).observe(
-                elapsed
-            )
+            self._observe(scope["method"], template, status, elapsed)
             log.info(
                 "%s %s %s",
                 scope["method"],
