@@ -78,21 +78,43 @@ def _is_orphan(group: Sequence[RecentTurn]) -> bool:
     return role == "tool"
 
 
-def pack(
-    *,
-    blocks: Sequence[Block],
-    recent: Sequence[RecentTurn],
-    max_tokens: int,
-    count: Callable[[str], int],
-    cut: bool = True,
-    grouped: Sequence[Sequence[RecentTurn]] | None = None,
-) -> Packed:
-    """Blocks first (each trimmed if it alone is too big), then recent turns, newest first.
+@dataclass(frozen=True)
+class Groups:
+    """``group_turns(recent)`` with what each group costs and where it starts in
+    ``recent``: worked out once for a read that packs the same turns more than once."""
 
-    ``cut=False`` only says which turns are placed: the group at the edge that would
-    be placed cut is placed whole (no tokenizing), so the total may exceed the budget.
-    ``grouped``: ``group_turns(recent)``, from a caller that packs the same turns again.
-    """
+    groups: list[list[RecentTurn]]
+    costs: list[int]
+    starts: list[int]
+    orphan: list[bool]
+
+    @classmethod
+    def of(cls, recent: Sequence[RecentTurn]) -> Groups:
+        groups = group_turns(recent)
+        starts, at = [], 0
+        for g in groups:
+            starts.append(at)
+            at += len(g)
+        return cls(
+            groups=groups,
+            costs=[sum(t.tokens for t in g) for g in groups],
+            starts=starts,
+            orphan=[_is_orphan(g) for g in groups],
+        )
+
+
+@dataclass(frozen=True)
+class System:
+    """The system message the blocks make: its text, each block's size, and the
+    tokens it costs with its framing (0 without blocks)."""
+
+    text: str
+    blocks: list[tuple[str, int]]
+    tokens: int
+
+
+def system_message(blocks: Sequence[Block], max_tokens: int, count: Callable[[str], int]) -> System:
+    """The blocks in one system message, in order, each trimmed if it alone is too big."""
     system_parts: list[str] = []
     block_sizes: list[tuple[str, int]] = []
     budget = max_tokens - MESSAGE_OVERHEAD_TOKENS
@@ -119,42 +141,97 @@ def pack(
         system_text = truncate_to_tokens(system_text, budget - count(TRUNCATION_MARK) - 1)
         system_text += TRUNCATION_MARK
         total = MESSAGE_OVERHEAD_TOKENS + count(system_text)
-    chosen: list[Sequence[RecentTurn]] = []
-    groups = group_turns(recent) if grouped is None else grouped
-    dropped = 0
-    for index in range(len(groups) - 1, -1, -1):
-        group = groups[index]
-        if _is_orphan(group):
-            dropped += len(group)
+    return System(system_text, block_sizes, total)
+
+
+def _walk(groups: Groups, total: int, max_tokens: int) -> tuple[int, int]:
+    """Newest first, the groups that fit beside ``total`` tokens: the index of the
+    oldest one placed whole (``len`` if none) and the tokens then used."""
+    first = len(groups.costs)
+    for index in range(len(groups.costs) - 1, -1, -1):
+        if groups.orphan[index]:
             continue
-        cost = sum(t.tokens for t in group)
-        if total + cost <= max_tokens:
-            chosen.append(group)
-            total += cost
-            continue
-        if not chosen or _is_call(group):
-            # The newest group, or a tool call at the edge of the window: its results
-            # are cut rather than the call dropped (an agent that no longer sees a
-            # call it made repeats it).
-            trimmed = _trim_group(group, max_tokens - total, count) if cut else list(group)
-            if trimmed is not None:
-                chosen.append(trimmed)
-                total += sum(t.tokens for t in trimmed)
-                index -= 1  # placed (cut), not dropped
-        dropped += sum(len(g) for g in groups[: index + 1])
-        break
+        cost = groups.costs[index]
+        if total + cost > max_tokens:
+            break
+        total += cost
+        first = index
+    return first, total
+
+
+def _edge(groups: Groups, first: int) -> int | None:
+    """The group at the edge of the window (the newest not placed whole, orphans
+    skipped), if it may be placed cut: the newest group, or a tool call (an agent that
+    no longer sees a call it made repeats it)."""
+    index = first - 1
+    while index >= 0 and groups.orphan[index]:
+        index -= 1
+    if index < 0:
+        return None
+    if first == len(groups.costs) or _is_call(groups.groups[index]):
+        return index
+    return None
+
+
+def first_placed(system: System, groups: Groups, max_tokens: int) -> int:
+    """Where in ``recent`` the turns ``pack(cut=False)`` places begin (``len(recent)``
+    if none): every turn from there that is not an orphan tool result is placed."""
+    first, _ = _walk(groups, system.tokens, max_tokens)
+    edge = _edge(groups, first)
+    if edge is not None:
+        first = edge
+    if first == len(groups.costs):
+        return groups.starts[-1] + len(groups.groups[-1]) if groups.groups else 0
+    return groups.starts[first]
+
+
+def pack(
+    *,
+    blocks: Sequence[Block],
+    recent: Sequence[RecentTurn],
+    max_tokens: int,
+    count: Callable[[str], int],
+    cut: bool = True,
+    grouped: Groups | None = None,
+    system: System | None = None,
+) -> Packed:
+    """Blocks first (each trimmed if it alone is too big), then recent turns, newest first.
+
+    ``cut=False`` only says which turns are placed: the group at the edge that would
+    be placed cut is placed whole (no tokenizing), so the total may exceed the budget.
+    ``grouped``: ``Groups.of(recent)``, and ``system``: ``system_message(blocks, …)``,
+    from a caller that has them.
+    """
+    if system is None:
+        system = system_message(blocks, max_tokens, count)
+    groups = Groups.of(recent) if grouped is None else grouped
+    first, total = _walk(groups, system.tokens, max_tokens)
+    chosen: list[list[RecentTurn]] = [
+        groups.groups[i] for i in range(first, len(groups.costs)) if not groups.orphan[i]
+    ]
+    edge = _edge(groups, first)
+    if edge is not None:
+        group = groups.groups[edge]
+        trimmed = _trim_group(group, max_tokens - total, count) if cut else list(group)
+        if trimmed is not None:
+            chosen.insert(0, trimmed)
+            total += sum(t.tokens for t in trimmed)
 
     messages: list[Message] = []
-    if system_parts:
-        messages.append({"role": "system", "content": system_text})
+    if system.blocks:
+        messages.append({"role": "system", "content": system.text})
+    block_sizes = list(system.blocks)
     recent_tokens = 0
-    for group in reversed(chosen):
+    for group in chosen:
         for turn in group:
             messages.append(turn.message)
             recent_tokens += turn.tokens
     if recent_tokens:
         block_sizes.append(("recent", recent_tokens))
-    return Packed(messages=messages, blocks=block_sizes, tokens=total, dropped_turns=dropped)
+    placed = len(messages) - (1 if system.blocks else 0)
+    return Packed(
+        messages=messages, blocks=block_sizes, tokens=total, dropped_turns=len(recent) - placed
+    )
 
 
 def choose_tier(block: Block, room: int, count: Callable[[str], int]) -> Block:
@@ -172,19 +249,20 @@ def window_tokens(
     groups: int,
     max_tokens: int,
     *,
-    grouped: Sequence[Sequence[RecentTurn]] | None = None,
+    grouped: Groups | None = None,
 ) -> int:
     """What the working window costs: the newest ``groups`` turn groups (a tool call with
     its results is one), as ``pack`` places them, at most ``max_tokens``. ``grouped``:
-    ``group_turns(recent)``, when the caller has it."""
+    ``Groups.of(recent)``, when the caller has it."""
+    sized = Groups.of(recent) if grouped is None else grouped
     total = 0
     placed = 0
-    for group in reversed(group_turns(recent) if grouped is None else grouped):
+    for index in range(len(sized.costs) - 1, -1, -1):
         if placed == groups:
             break
-        if _is_orphan(group):
+        if sized.orphan[index]:
             continue
-        cost = sum(t.tokens for t in group)
+        cost = sized.costs[index]
         if total + cost > max_tokens:
             return max_tokens if not placed else total
         total += cost

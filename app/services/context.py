@@ -7,7 +7,7 @@ snapshot, one round trip) straight through asyncpg, the hottest path of the serv
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,19 +28,26 @@ from app.compression.live_notes import (
 from app.compression.notice import with_notice
 from app.context.pack import (
     Block,
-    Packed,
+    Groups,
     RecentTurn,
+    System,
     as_text,
     choose_tier,
-    group_turns,
+    first_placed,
     pack,
+    system_message,
     window_tokens,
 )
 from app.core.errors import NotFound
 from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from app.providers.embed import Embedder
 from app.services.context_memories import MemoryRequest, memory_block, recent_user_texts, top_k_for
-from app.stores.context import read_context, read_live_user_turns, read_state_in_force
+from app.stores.context import (
+    CONNECTION_LOST,
+    read_context,
+    read_live_user_turns,
+    read_state_in_force,
+)
 from app.stores.engine import driver_connection
 
 # Live turns fetched by the first read. A budget is usually full long before; a
@@ -154,51 +161,45 @@ async def _withdrawn(
     return withdrawn(head["rendered"], in_force, live)
 
 
-def _left_out(
-    turns: list[LiveTurn], recent: list[RecentTurn], seqs: list[int], packed: Packed
-) -> set[int]:
-    """Seqs of the live user turns ``packed`` does not hold (``recent[i]`` is the turn
-    of seq ``seqs[i]``; a live turn not in ``recent`` was never a candidate)."""
-    placed = {id(m) for m in packed.messages}
-    held = {seq for seq, r in zip(seqs, recent, strict=True) if id(r.message) in placed}
-    return {t.seq for t in turns if t.role == "user" and t.seq not in held}
+def _left_out(live: list[LiveTurn], seqs: list[int], first: int) -> set[int]:
+    """Seqs of the live user turns a packing that places the candidates from
+    ``seqs[first]`` on does not hold: every one before that seq (the candidates are in
+    seq order, the live turns not among them older; a user turn placed is never an
+    orphan, so none from there on is left out)."""
+    if first == len(seqs):
+        return {t.seq for t in live if t.role == "user"}
+    edge = seqs[first]
+    return {t.seq for t in live if t.role == "user" and t.seq < edge}
 
 
 def _with_live_notes(
     blocks: list[Block],
-    recent: list[RecentTurn],
-    grouped: list[list[RecentTurn]],
+    groups: Groups,
     seqs: list[int],
     live: list[LiveTurn],
     renderings: list[str],
     state_block: Callable[[list[str]], Block],
     max_tokens: int,
-) -> Block:
+) -> tuple[Block, System | None]:
     """The task-state block (``blocks[1]``) with what the live user turns the packer
     leaves out say that it does not show yet (a rule, a pinned fact, a next step:
     ``live_notes.notes_for``). A larger state can leave more turns out: once more,
-    until nothing new is. Which turns are left out is asked of the packer without
-    cutting anything (no tokenizing)."""
+    until nothing new is. Which turns are left out is asked of the packer's walk
+    without cutting anything (no tokenizing); with the system message of the blocks
+    it settled on (None when the last round changed them), for the packing."""
     blocks = list(blocks)
     left: set[int] = set()
     for _ in range(LIVE_NOTE_ROUNDS):
-        trial = pack(
-            blocks=blocks,
-            recent=recent,
-            max_tokens=max_tokens,
-            count=count_tokens,
-            cut=False,
-            grouped=grouped,
-        )
-        now_left = _left_out(live, recent, seqs, trial)
+        system = system_message(blocks, max_tokens, count_tokens)
+        now_left = _left_out(live, seqs, first_placed(system, groups, max_tokens))
         if now_left <= left:
-            break
+            return blocks[1], system
         left |= now_left
         noted = with_notes(renderings, live, left)
         if noted is None:
-            break
+            return blocks[1], system
         blocks[1] = state_block(noted)
-    return blocks[1]
+    return blocks[1], None
 
 
 @dataclass(frozen=True)
@@ -265,20 +266,52 @@ async def build_context(
     memory: MemoryOptions | None = None,
     notice: bool = True,
 ) -> Context:
+    """``context_on`` the driver connection under ``conn``, for a caller that holds a
+    SQLAlchemy connection (the memory block's search runs on ``conn``)."""
     db = await driver_connection(conn)
+
+    async def held() -> tuple[AsyncConnection, asyncpg.Connection]:
+        return conn, db
+
     try:
-        head = await read_context(
+        return await context_on(
             db,
+            held,
             tenant=tenant,
             session=session,
-            limit=FIRST_PAGE,
-            offset=0,
-            older_users=RECENT_FETCH_LIMIT,
+            max_tokens=max_tokens,
+            query=query,
+            memory=memory,
+            notice=notice,
         )
-    except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError):
+    except CONNECTION_LOST:
         # Read through the driver, so the pool must be told the connection is gone.
         await conn.invalidate()
         raise
+
+
+async def context_on(
+    db: asyncpg.Connection,
+    connect: Callable[[], Awaitable[tuple[AsyncConnection, asyncpg.Connection]]],
+    *,
+    tenant: str,
+    session: str,
+    max_tokens: int,
+    query: str | None = None,
+    memory: MemoryOptions | None = None,
+    notice: bool = True,
+) -> Context:
+    """The session's context, read on ``db``. ``connect`` gives the SQLAlchemy
+    connection the memory block's search runs on, only when there is a memory block,
+    with the driver connection the read goes on with."""
+    head = await read_context(
+        db,
+        tenant=tenant,
+        session=session,
+        limit=FIRST_PAGE,
+        offset=0,
+        older_users=RECENT_FETCH_LIMIT,
+    )
     if head is None:
         raise NotFound(f"session {session!r} not found")
     rows: list[dict[str, Any]] = head["turns"]
@@ -297,12 +330,12 @@ async def build_context(
     # Budget: the working window and the task state first (the largest of the
     # renderings stored at compression time that fits beside the window), then
     # memory and older live turns.
-    grouped = group_turns(recent)  # once: the window, the trial packs and the packing
+    groups = Groups.of(recent)  # once: the window, the live notes' walks and the packing
     window = window_tokens(
         recent,
         memory.window_turns if memory else 3,
         max_tokens - MESSAGE_OVERHEAD_TOKENS,
-        grouped=grouped,
+        grouped=groups,
     )
     # A session of a task: the task's shared state first, then the session's own.
     room = max_tokens - MESSAGE_OVERHEAD_TOKENS - window
@@ -344,6 +377,7 @@ async def build_context(
         latest = next(
             ((r["seq"], r["content"]) for r in rows if r["role"] == "user" and r["content"]), None
         )
+        conn, db = await connect()
         text, placed = await memory_block(
             conn,
             db,
@@ -366,11 +400,11 @@ async def build_context(
         )
         blocks.append(Block("memories", text))
         memory_ids = [m.id for m in placed]
+    system = None
     if carrier:
-        blocks[1] = _with_live_notes(
+        blocks[1], system = _with_live_notes(
             blocks,
-            recent,
-            grouped,
+            groups,
             [r["seq"] for r in candidates],
             live,
             renderings,
@@ -378,7 +412,12 @@ async def build_context(
             max_tokens,
         )
     packed = pack(
-        blocks=blocks, recent=recent, max_tokens=max_tokens, count=count_tokens, grouped=grouped
+        blocks=blocks,
+        recent=recent,
+        max_tokens=max_tokens,
+        count=count_tokens,
+        grouped=groups,
+        system=system,
     )
     return Context(
         session_id=session,

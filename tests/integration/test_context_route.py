@@ -9,13 +9,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import pytest
 from fastapi.dependencies.models import Dependant
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.deps import bearer, get_principal, own_session
 from app.api.routes import sessions
 from app.api.schemas import ContextOut
 from tests.conftest import post_turns
 from tests.integration.test_context import call
+from tests.integration.test_tasks import make_keys
 
 
 def _calls(dependant: Dependant) -> Iterator[Callable[..., Any] | None]:
@@ -62,3 +65,88 @@ async def test_the_body_is_the_response_models_json_to_the_byte(
         read.append(model)
     assert read[0].memory_ids, "the pinned memory is placed: the list is in the body"
     assert read[1].tokens <= 90 < read[0].tokens
+
+
+# (url, caller): plain requests the short way answers, and every other kind, which
+# FastAPI's handler must answer as it always did (its 422s, 401s and 404s included).
+AS_FASTAPI = [
+    ("/v1/sessions/s-a/context", "tenant"),
+    ("/v1/sessions/s-a/context?max_tokens=90", "tenant"),
+    ("/v1/sessions/s-a/context?max_tokens=0090&memory_k=0&memory_tokens=0", "tenant"),
+    ("/v1/sessions/s-a/context?memory_tokens=1000000&memory_k=500", "tenant"),
+    ("/v1/sessions/s-a/context?max_tokens=63", "tenant"),
+    ("/v1/sessions/s-a/context?max_tokens=1000001", "tenant"),
+    ("/v1/sessions/s-a/context?max_tokens=12345678", "tenant"),
+    ("/v1/sessions/s-a/context?max_tokens=abc", "tenant"),
+    ("/v1/sessions/s-a/context?max_tokens=+90", "tenant"),
+    ("/v1/sessions/s-a/context?max_tokens=%2090", "tenant"),
+    ("/v1/sessions/s-a/context?max_tokens=", "tenant"),
+    ("/v1/sessions/s-a/context?max_tokens=90&max_tokens=100", "tenant"),
+    ("/v1/sessions/s-a/context?memory_k=501", "tenant"),
+    ("/v1/sessions/s-a/context?query=the%20budget", "tenant"),
+    ("/v1/sessions/s-a/context?other=1", "tenant"),
+    ("/v1/sessions/s-none/context", "tenant"),
+    ("/v1/sessions/bad%20id/context", "tenant"),
+    ("/v1/sessions/" + "x" * 129 + "/context", "tenant"),
+    ("/v1/sessions/s-bot/context", "bot"),
+    ("/v1/sessions/s-bot/context?max_tokens=100", "bot"),
+    ("/v1/sessions/s-other/context", "bot"),
+    ("/v1/sessions/s-a/context", "bot"),
+    ("/v1/sessions/s-bot/context", "other tenant"),
+    ("/v1/sessions/s-a/context", None),
+    ("/v1/sessions/s-a/context", "a revoked key"),
+    ("/v1/sessions/s-a/context?max_tokens=abc", None),
+]
+SHORT = {0, 1, 2, 3, 15, 18, 19, 20, 21, 22, 23, 24}
+
+
+async def test_the_short_way_answers_as_fastapi_does(
+    client: httpx.AsyncClient, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant, bot, other, stranger = await make_keys(
+        client, engine, ("t", None), ("t", "bot"), ("t", "other"), ("u", None)
+    )
+    headers: dict[str | None, dict[str, str]] = {
+        "tenant": tenant,
+        "bot": bot,
+        "other tenant": stranger,
+        None: {},
+        "a revoked key": {"Authorization": "Bearer mn_not-a-key"},
+    }
+    turns = [
+        {"role": "user", "content": "Keep the budget under 2,000 euros."},
+        {"role": "assistant", "content": "Noted: under 2,000 euros."},
+    ]
+    for session, key in (("s-a", tenant), ("s-bot", bot), ("s-other", other)):
+        r = await client.post(
+            f"/v1/sessions/{session}/turns", json={"user_id": "u-1", "messages": turns}, headers=key
+        )
+        assert r.status_code == 201, r.text
+
+    taken = []
+    plain = sessions.plain_context_args
+
+    def recorded(request: Any, bounds: dict[str, tuple[int, int]]) -> dict[str, Any] | None:
+        assert bounds == {
+            "max_tokens": (64, 1_000_000),
+            "memory_tokens": (0, 1_000_000),
+            "memory_k": (0, 500),
+        }
+        args = plain(request, bounds)
+        taken.append(args is not None)
+        return args
+
+    async def read(url: str, caller: str | None) -> tuple[int, bytes, list[tuple[str, str]]]:
+        r = await client.get(url, headers=headers[caller])
+        kept = [(k, v) for k, v in r.headers.multi_items() if k != "x-request-id"]
+        return r.status_code, r.content, kept
+
+    monkeypatch.setattr(sessions, "plain_context_args", recorded)
+    short = [await read(url, caller) for url, caller in AS_FASTAPI]
+    assert {i for i, t in enumerate(taken) if t} == SHORT
+    monkeypatch.setattr(sessions, "plain_context_args", lambda request, bounds: None)
+    standard = [await read(url, caller) for url, caller in AS_FASTAPI]
+    for case, a, b in zip(AS_FASTAPI, short, standard, strict=True):
+        assert a == b, case
+    statuses = {s for s, _, _ in standard}
+    assert statuses == {200, 401, 404, 422}, statuses

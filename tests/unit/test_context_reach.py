@@ -7,7 +7,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.context.pack import Block, RecentTurn, pack, window_tokens
+from app.context.pack import (
+    Block,
+    Groups,
+    RecentTurn,
+    first_placed,
+    pack,
+    system_message,
+    window_tokens,
+)
 from app.core.tokens import count_message_tokens, count_tokens
 from app.services.context import reachable
 
@@ -73,3 +81,44 @@ def test_a_long_session_is_cut_after_the_head_that_fills_the_budget() -> None:
     cut = reachable(rows[::-1], 300)
     assert 3 < len(cut) < len(rows)
     assert cut[-1]["role"] != "tool"  # a group's head: the group stays whole
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    spec=st.lists(ITEM, max_size=40),
+    states=st.lists(st.text(max_size=600), max_size=3),
+    budget=st.integers(min_value=64, max_value=1500),
+)
+def test_the_turns_placed_are_those_from_first_placed_on(
+    spec: list[tuple[Any, ...]], states: list[str], budget: int
+) -> None:
+    """The live notes ask which turns a packing leaves out by ``first_placed`` alone:
+    it must name what ``pack(cut=False)`` places, and a packing given the groups and
+    the system message it settled on must be the packing without them."""
+    turns = recent(rows_of(spec))
+    blocks = [Block(f"block-{i}", s) for i, s in enumerate(states)]
+    groups, system = Groups.of(turns), system_message(blocks, budget, count_tokens)
+    trial = pack(blocks=blocks, recent=turns, max_tokens=budget, count=count_tokens, cut=False)
+    placed = {id(m) for m in trial.messages[1 if system.blocks else 0 :]}
+    first = first_placed(system, groups, budget)
+    orphans = {
+        id(t.message)
+        for g, orphan in zip(groups.groups, groups.orphan, strict=True)
+        if orphan
+        for t in g
+    }
+    assert placed == {id(t.message) for t in turns[first:] if id(t.message) not in orphans}
+    given_all = pack(
+        blocks=blocks,
+        recent=turns,
+        max_tokens=budget,
+        count=count_tokens,
+        grouped=groups,
+        system=system,
+    )
+    alone = pack(blocks=blocks, recent=turns, max_tokens=budget, count=count_tokens)
+    assert (given_all.messages, given_all.blocks, given_all.tokens) == (
+        alone.messages,
+        alone.blocks,
+        alone.tokens,
+    )
