@@ -43,12 +43,11 @@ from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from app.providers.embed import Embedder
 from app.services.context_memories import MemoryRequest, memory_block, recent_user_texts, top_k_for
 from app.stores.context import (
-    CONNECTION_LOST,
     read_context,
     read_live_user_turns,
     read_state_in_force,
 )
-from app.stores.engine import driver_connection
+from app.stores.engine import CONNECTION_LOST, driver_connection
 
 # Live turns fetched by the first read. A budget is usually full long before; a
 # second read fetches up to RECENT_FETCH_LIMIT when it is not.

@@ -7,49 +7,41 @@ writes nothing, so it lives here rather than with any one table's owner.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.util.concurrency import greenlet_spawn
 
-from app.stores.engine import autocommit, driver_connection
-
-# What a connection that is gone raises through the driver.
-CONNECTION_LOST = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)
+from app.stores.engine import CONNECTION_LOST, autocommit, driver_checkout, driver_connection
 
 
 class ContextConnection:
-    """The context read's connection: a driver connection from ``engine``'s pool, with
-    no SQLAlchemy ``Connection`` around it (its checkout, autocommit option and return
-    cost ~0.1 ms of CPU a read, three times the pool's own). The read's statements go
-    straight through the driver, each its own snapshot; no transaction is ever begun
-    on it, so the pool's reset on return sends nothing. When the memory block needs a
-    SQLAlchemy connection (its search), ``sqlalchemy`` trades the driver connection
-    for one: one connection held at a time, so reads never wait on each other for a
-    second one. A connection that is gone is invalidated, as SQLAlchemy does."""
+    """The context read's connection: a driver connection from ``engine``'s pool
+    (``driver_checkout``: no SQLAlchemy ``Connection`` around it, whose checkout,
+    autocommit option and return cost ~0.1 ms of CPU a read, three times the pool's
+    own). When the memory block needs a SQLAlchemy connection (its search),
+    ``sqlalchemy`` trades the driver connection for one: one connection held at a time,
+    so reads never wait on each other for a second one. A connection that is gone is
+    invalidated either way."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._pooled: PoolProxiedConnection | None = None
+        self._checkout: contextlib.AbstractAsyncContextManager[asyncpg.Connection] | None = None
         self._conn: AsyncConnection | None = None
         self._stack = contextlib.AsyncExitStack()
         self.db: asyncpg.Connection
 
     async def __aenter__(self) -> ContextConnection:
-        self._pooled = await self._engine.raw_connection()
-        self.db = self._pooled.driver_connection
+        self._checkout = driver_checkout(self._engine)
+        self.db = await self._checkout.__aenter__()
         return self
 
-    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        lost = kind is not None and issubclass(kind, CONNECTION_LOST)
-        pooled, self._pooled = self._pooled, None
-        if pooled is not None:
-            if lost:
-                await greenlet_spawn(pooled.invalidate)
-            await greenlet_spawn(pooled.close)
+    async def __aexit__(self, *exc: Any) -> None:
+        checkout, self._checkout = self._checkout, None
+        if checkout is not None:
+            await checkout.__aexit__(*exc)
             return
-        if lost and self._conn is not None:
+        if exc[0] is not None and issubclass(exc[0], CONNECTION_LOST) and self._conn is not None:
             # Read through the driver, so the pool must be told the connection is gone.
             await self._conn.invalidate()
         await self._stack.aclose()
@@ -57,9 +49,9 @@ class ContextConnection:
     async def sqlalchemy(self) -> tuple[AsyncConnection, asyncpg.Connection]:
         """An autocommit SQLAlchemy connection, and the driver connection under it
         (what the read goes on with), in place of the driver connection held."""
-        pooled, self._pooled = self._pooled, None
-        if pooled is not None:
-            await greenlet_spawn(pooled.close)
+        checkout, self._checkout = self._checkout, None
+        if checkout is not None:
+            await checkout.__aexit__(None, None, None)
             self._conn = await self._stack.enter_async_context(autocommit(self._engine))
             self.db = await driver_connection(self._conn)
         assert self._conn is not None

@@ -19,6 +19,7 @@ from pgvector import Vector
 from sqlalchemy import TextClause, event
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.util.concurrency import greenlet_spawn
 
 from app.core import jsonio
 
@@ -165,21 +166,29 @@ async def driver_connection(conn: AsyncConnection) -> asyncpg.Connection:
     return raw
 
 
+# What a connection that is gone raises through the driver.
+CONNECTION_LOST = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)
+
+
 @contextlib.asynccontextmanager
 async def driver_checkout(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:
     """A pooled connection's asyncpg connection, for a caller that sends every statement
-    through the driver (the memory search): one checkout from ``engine``'s pool and its
-    return, without the SQLAlchemy connection around it (starting one, setting its
-    isolation level and closing it cost ~90 µs of CPU against ~20). No ``BEGIN``: each
-    statement is its own transaction, as on ``autocommit``'s connections; the pool's
-    return resets the connection as it does theirs."""
+    through the driver (the context read, the memory search): one checkout from
+    ``engine``'s pool and its return, without the SQLAlchemy connection around it
+    (starting one, setting its isolation level and closing it cost ~90 µs of CPU against
+    ~20). No ``BEGIN``: each statement is its own transaction, as on ``autocommit``'s
+    connections, so the pool's reset on return sends nothing. A connection that is gone
+    is invalidated, as SQLAlchemy does for its own."""
     pooled = await engine.raw_connection()
     try:
         driver = pooled.driver_connection
         assert isinstance(driver, asyncpg.Connection)
         yield driver
+    except CONNECTION_LOST:
+        await greenlet_spawn(pooled.invalidate)
+        raise
     finally:
-        pooled.close()
+        await greenlet_spawn(pooled.close)
 
 
 @contextlib.asynccontextmanager

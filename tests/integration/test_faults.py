@@ -122,6 +122,7 @@ async def test_database_restart_gives_503_then_recovers(tmp_path: Path) -> None:
                 pg_ctl("-w", "-D", str(pgdata), "stop", "-m", "fast")
                 for call in (
                     c.get("/v1/sessions/s/context"),
+                    c.get("/v1/users/u-1/memories", params={"query": "hi"}),
                     post_turns(c, "s", [{"role": "user", "content": "lost?", "id": "x1"}]),
                     c.get("/v1/sessions/s"),
                 ):
@@ -148,6 +149,8 @@ async def test_database_restart_gives_503_then_recovers(tmp_path: Path) -> None:
                         break
                     await asyncio.sleep(0.2)
                 assert r.status_code == 200
+                r = await c.get("/v1/users/u-1/memories", params={"query": "hi"})
+                assert r.status_code == 200, r.text  # the search's connections were renewed
                 assert (await c.get("/readyz")).status_code == 200
                 r = await post_turns(c, "s", [{"role": "user", "content": "lost?", "id": "x1"}])
                 assert r.status_code == 201 and r.json()["turns"][0]["seq"] == 2

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Query, Request, Response
-from fastapi.routing import APIRoute
-from pydantic import BaseModel, ValidationError, create_model
+from pydantic import BaseModel
 
 from app.api.deps import (
     AdminDep,
@@ -17,10 +16,9 @@ from app.api.deps import (
     PrincipalDep,
     TenantDep,
     UserIdPath,
-    bearer,
-    get_principal,
 )
 from app.api.problems import COMMON_PROBLEMS
+from app.api.quickroute import QuickRoute
 from app.api.schemas import MemoriesOut, MemoryIn, MemoryKind, MemoryPublic, QueryText
 from app.compression.untrusted import one_line
 from app.core.config import Settings
@@ -110,46 +108,6 @@ def memories_body(rows: list[MemoryRow]) -> bytes:
 
 def json_body(body: bytes, *, status_code: int = 200) -> Response:
     return Response(body, status_code=status_code, media_type="application/json")
-
-
-class QuickRoute(APIRoute):
-    """A route whose well-formed requests skip FastAPI's solving of its parameters and
-    dependency tree (the search's: per request, FastAPI looked up each parameter's
-    annotation again and walked the principal's two dependencies, more CPU than the
-    search's own Python outside the embedding).
-
-    The route's path and query parameters are validated in one step by a model built
-    from their own declarations (the same types and constraints, so the same values),
-    the caller's principal comes from the same ``get_principal`` and bearer scheme, and
-    the endpoint is called with them. A request that fails that validation goes through
-    FastAPI's handler, which answers it as it always did (a 422 problem naming the
-    parameter), as does every request while dependency overrides are set. The
-    endpoint's OpenAPI description is FastAPI's, from its signature."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        checked = super().get_route_handler()
-        declared = [*self.dependant.path_params, *self.dependant.query_params]
-        params = create_model(  # type: ignore[call-overload]
-            f"{self.name}_parameters",
-            **{f.name: (f.field_info.annotation, f.field_info) for f in declared},
-        )
-        endpoint = self.endpoint
-        overrides = self.dependency_overrides_provider
-
-        async def handler(request: Request) -> Response:
-            if getattr(overrides, "dependency_overrides", None):
-                return await checked(request)
-            try:
-                values = params.model_validate(
-                    {**request.query_params, **request.path_params}
-                ).__dict__
-            except ValidationError:
-                return await checked(request)
-            principal = await get_principal(request, await bearer(request))
-            response: Response = await endpoint(request=request, principal=principal, **values)
-            return response
-
-        return handler
 
 
 # The two hot routes (add, search) take the app's settings and engine from its state,

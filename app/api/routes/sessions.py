@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import anyio
 import orjson
-from annotated_types import Ge, Le
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.dependencies.models import Dependant
-from fastapi.routing import APIRoute
-from fastapi.telemetry import get_telemetry_data
 
 from app.api.deps import (
     AgentDep,
@@ -24,13 +19,11 @@ from app.api.deps import (
     SessionIdPath,
     SettingsDep,
     TenantDep,
-    bearer,
-    get_principal,
     own_session,
 )
 from app.api.problems import COMMON_PROBLEMS, documented
+from app.api.quickroute import QuickRoute
 from app.api.schemas import (
-    ID_PATTERN,
     ContextBlock,
     ContextOut,
     MessageIn,
@@ -192,81 +185,6 @@ def context_response(out: Context) -> Response:
     return Response(context_json(out), media_type="application/json")
 
 
-_SESSION_ID = re.compile(ID_PATTERN)
-_PLAIN_INT = re.compile(r"[0-9]{1,7}")
-
-
-def int_bounds(dependant: Dependant) -> dict[str, tuple[int, int]]:
-    """The route's optional integer query parameters with both bounds declared, by
-    name: the ones a plain request may carry."""
-    bounds = {}
-    for field in dependant.query_params:
-        info = field.field_info
-        ge = next((m.ge for m in info.metadata if isinstance(m, Ge)), None)
-        le = next((m.le for m in info.metadata if isinstance(m, Le)), None)
-        if info.annotation == int | None and isinstance(ge, int) and isinstance(le, int):
-            bounds[field.alias] = (ge, le)
-    return bounds
-
-
-def plain_context_args(
-    request: Request, bounds: dict[str, tuple[int, int]]
-) -> dict[str, Any] | None:
-    """The context route's arguments when FastAPI would take the request as it is: a
-    valid session id and at most the integer parameters of ``bounds``, each once, in
-    ASCII digits within them. Anything else (``query``, an unknown or repeated
-    parameter, a value FastAPI would coerce or refuse) is None: FastAPI's own handler
-    decides, its errors included."""
-    session_id = request.path_params.get("session_id")
-    if not isinstance(session_id, str) or _SESSION_ID.fullmatch(session_id) is None:
-        return None
-    args: dict[str, Any] = {"session_id": session_id}
-    if request.scope["query_string"]:
-        for name, value in request.query_params.multi_items():
-            within = bounds.get(name)
-            if within is None or name in args or _PLAIN_INT.fullmatch(value) is None:
-                return None
-            if not within[0] <= int(value) <= within[1]:
-                return None
-            args[name] = int(value)
-    return args
-
-
-def _calls(dependant: Dependant) -> set[Any]:
-    return {d.call for d in dependant.dependencies} | {
-        c for d in dependant.dependencies for c in _calls(d)
-    }
-
-
-class ContextRoute(APIRoute):
-    """The context route, without FastAPI's dependency solving on a plain request.
-
-    FastAPI solves the route's tree on every request (the path, four query parameters,
-    the bearer scheme, the principal, ``own_session``): about a sixth of a read's CPU.
-    A request ``plain_context_args`` takes is answered by calling the same functions in
-    the same order (the principal, then ``own_session``, then the route); any other
-    goes through FastAPI's handler, so its validation errors are FastAPI's. The short
-    way is taken only while the route depends on exactly those functions and nothing
-    overrides a dependency or traces FastAPI's operations."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        standard = super().get_route_handler()
-        if _calls(self.dependant) != {own_session, get_principal, bearer}:
-            return standard
-        bounds = int_bounds(self.dependant)
-
-        async def handler(request: Request) -> Response:
-            args = plain_context_args(request, bounds)
-            if args is None or request.app.dependency_overrides or get_telemetry_data() is not None:
-                return await standard(request)
-            principal = await get_principal(request, await bearer(request))
-            await own_session(args["session_id"], request, principal)
-            response: Response = await get_context(request=request, principal=principal, **args)
-            return response
-
-        return handler
-
-
 async def get_context(
     session_id: SessionIdPath,
     request: Request,
@@ -331,7 +249,7 @@ router.add_api_route(
     get_context,
     methods=["GET"],
     response_model=ContextOut,
-    route_class_override=ContextRoute,
+    route_class_override=QuickRoute,
 )
 
 
