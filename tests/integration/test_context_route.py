@@ -29,6 +29,20 @@ def _calls(dependant: Dependant) -> Iterator[Callable[..., Any] | None]:
         yield from _calls(sub)
 
 
+def solving_recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The requests FastAPI's handler solves from now on, as ``path?query``."""
+    solved: list[str] = []
+    solve = fastapi.routing.solve_dependencies
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        scope = kwargs["request"].scope
+        solved.append(f"{scope['raw_path'].decode()}?{scope['query_string'].decode()}")
+        return await solve(*args, **kwargs)
+
+    monkeypatch.setattr(fastapi.routing, "solve_dependencies", counted)
+    return solved
+
+
 def test_a_context_read_resolves_only_the_callers_key_and_the_sessions_owner() -> None:
     (route,) = [r for r in sessions.router.routes if getattr(r, "name", "") == "get_context"]
     assert set(_calls(route.dependant)) == {own_session, get_principal, bearer}
@@ -128,20 +142,12 @@ async def test_the_short_way_answers_as_fastapi_does(
         )
         assert r.status_code == 201, r.text
 
-    solved: list[str] = []
-    solve = fastapi.routing.solve_dependencies
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        scope = kwargs["request"].scope
-        solved.append(f"{scope['raw_path'].decode()}?{scope['query_string'].decode()}")
-        return await solve(*args, **kwargs)
-
     async def read(url: str, caller: str | None) -> tuple[int, bytes, list[tuple[str, str]]]:
         r = await client.get(url, headers=headers[caller])
         kept = [(k, v) for k, v in r.headers.multi_items() if k != "x-request-id"]
         return r.status_code, r.content, kept
 
-    monkeypatch.setattr(fastapi.routing, "solve_dependencies", counted)
+    solved = solving_recorded(monkeypatch)
     short = [await read(url, caller) for url, caller in AS_FASTAPI]
     taken_by_fastapi = list(solved)
     app = app_of(client)

@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-import fastapi.routing
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,7 +23,7 @@ from app.services.auth import DEFAULT_TENANT
 from app.stores.memories import MemoryRow
 from tests.integration.test_auth import app_of, make_key
 from tests.integration.test_auth import bearer as bearer_header
-from tests.integration.test_context_route import _calls
+from tests.integration.test_context_route import _calls, solving_recorded
 
 
 def test_an_add_and_a_search_resolve_only_the_callers_key() -> None:
@@ -155,15 +154,7 @@ async def test_a_search_answers_as_fastapis_handler_does(
     (``QuickRoute``) unless that fails: every answer, an error's included, is the one
     FastAPI's own handler gives (forced here by a dependency override, as in tests)."""
     await _seeded(client)
-    solved: list[str] = []
-    solve = fastapi.routing.solve_dependencies
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        scope = kwargs["request"].scope
-        solved.append(f"{scope['raw_path'].decode()}?{scope['query_string'].decode()}")
-        return await solve(*args, **kwargs)
-
-    monkeypatch.setattr(fastapi.routing, "solve_dependencies", counted)
+    solved = solving_recorded(monkeypatch)
     app = app_of(client)
     users = ["u-q", "nobody", "bad%20id", "x" * 129]
 
