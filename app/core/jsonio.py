@@ -1,4 +1,5 @@
-"""JSON decoding on the hot paths: orjson, with the standard library where they differ.
+"""JSON on the hot paths: orjson, with the standard library (decoding) or pydantic
+(encoding) where they differ.
 
 orjson is several times faster on the documents the context read and the memory rows
 carry, but it reads an integer past 64 bits as a float (losing digits) and refuses
@@ -15,9 +16,11 @@ expression ``[0-9]{19}`` took 200 µs, three times the cost of decoding the docu
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import orjson
+from pydantic import BaseModel
 
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_RUN = b"0" * 19
@@ -32,3 +35,15 @@ def loads(document: str | bytes) -> Any:
         return orjson.loads(document)
     except orjson.JSONDecodeError:
         return json.loads(document)
+
+
+def dumps_as(value: Any, model: Callable[[], BaseModel]) -> bytes:
+    """``value``, the plain form of ``model()``, as the bytes pydantic writes for the
+    model, by orjson in a fraction of the time: for str, int, float, bool, None, UTC
+    times (``OPT_UTC_Z``) and lists and dicts of them, orjson writes what pydantic writes
+    (the same order, escapes and number forms). An integer past 64 bits, which JSON
+    allows and orjson refuses, is left to the model."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_UTC_Z)
+    except orjson.JSONEncodeError:
+        return model().model_dump_json().encode()

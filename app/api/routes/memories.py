@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel
 
 from app.api.deps import (
     AdminDep,
@@ -21,6 +18,7 @@ from app.api.problems import COMMON_PROBLEMS
 from app.api.quickroute import QuickRoute
 from app.api.schemas import MemoriesOut, MemoryIn, MemoryKind, MemoryPublic, QueryText
 from app.compression.untrusted import one_line
+from app.core import jsonio
 from app.core.config import Settings
 from app.core.errors import NotFound
 from app.services.memories import add_memory, search_memories
@@ -82,25 +80,16 @@ def _public_dict(row: MemoryRow, deduplicated: bool) -> dict[str, Any]:
     )
 
 
-def _dumped(value: Any, model: Callable[[], BaseModel]) -> bytes:
-    """``value`` (the plain form of ``model()``) as JSON: the bytes pydantic writes for
-    the model, by orjson, a third of the cost. orjson writes floats and UTC times (with
-    ``OPT_UTC_Z``) as pydantic does; an integer past 64 bits in a memory's metadata
-    (JSON allows it, orjson refuses it) is left to pydantic."""
-    try:
-        return orjson.dumps(value, option=orjson.OPT_UTC_Z)
-    except orjson.JSONEncodeError:
-        return model().model_dump_json().encode()
-
-
 def memory_body(row: MemoryRow, *, deduplicated: bool = False) -> bytes:
     """``MemoryPublic``'s JSON for ``row``."""
-    return _dumped(_public_dict(row, deduplicated), lambda: public(row, deduplicated=deduplicated))
+    return jsonio.dumps_as(
+        _public_dict(row, deduplicated), lambda: public(row, deduplicated=deduplicated)
+    )
 
 
 def memories_body(rows: list[MemoryRow]) -> bytes:
     """``MemoriesOut``'s JSON for ``rows``."""
-    return _dumped(
+    return jsonio.dumps_as(
         {"memories": [_public_dict(r, False) for r in rows]},
         lambda: MemoriesOut.model_construct(memories=[public(r) for r in rows]),
     )

@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import anyio
-import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from app.api.deps import (
@@ -35,6 +34,7 @@ from app.api.schemas import (
     TurnsPage,
 )
 from app.api.validate import Limits, check_messages
+from app.core import jsonio
 from app.core.config import Settings
 from app.core.errors import NotFound
 from app.core.metrics import Metrics
@@ -143,23 +143,21 @@ def context_json(out: Context) -> bytes:
     validated at ingest); for those orjson writes what pydantic writes (the same order,
     escapes and number forms: ``tests/unit/test_context_json.py``) in a fraction of the
     time. An int orjson refuses (past 64 bits) goes through the model."""
-    try:
-        return orjson.dumps(
-            {
-                "session_id": out.session_id,
-                "user_id": out.user_id,
-                "state_version": out.state_version,
-                "messages": out.messages,
-                "text": out.text,
-                "blocks": [{"kind": b.kind, "tokens": b.tokens} for b in out.blocks],
-                "tokens": out.tokens,
-                "max_tokens": out.max_tokens,
-                "full_history_tokens": out.full_history_tokens,
-                "memory_ids": out.memory_ids,
-            }
-        )
-    except orjson.JSONEncodeError:
-        return context_model(out).model_dump_json().encode()
+    return jsonio.dumps_as(
+        {
+            "session_id": out.session_id,
+            "user_id": out.user_id,
+            "state_version": out.state_version,
+            "messages": out.messages,
+            "text": out.text,
+            "blocks": [{"kind": b.kind, "tokens": b.tokens} for b in out.blocks],
+            "tokens": out.tokens,
+            "max_tokens": out.max_tokens,
+            "full_history_tokens": out.full_history_tokens,
+            "memory_ids": out.memory_ids,
+        },
+        lambda: context_model(out),
+    )
 
 
 def context_model(out: Context) -> ContextOut:
