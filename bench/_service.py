@@ -37,6 +37,39 @@ class ServiceError(RuntimeError):
 LISTEN_WAIT_S = 30.0
 
 
+@dataclass(frozen=True)
+class ProcessCpu:
+    """One server process's CPU at a reading (``Service.cpu_sample``)."""
+
+    role: str  # "api", or "worker" for the job worker and its children
+    parent: tuple[int, int] | None  # the parent's key when it is a server process too
+    own_s: float  # user + system
+    reaped_s: float  # its children's that it has waited for (cutime + cstime)
+
+
+def cpu_by_role(
+    before: Mapping[tuple[int, int], ProcessCpu], after: Mapping[tuple[int, int], ProcessCpu]
+) -> dict[str, float]:
+    """CPU each role used between two ``cpu_sample`` readings.
+
+    A process that ended between them (``serve`` replacing its job worker) is no longer
+    in ``after``, but its parent's reaped figure grew by its whole life's CPU: the part
+    already spent at ``before`` is taken off and the rest counted to the ended process's
+    role. Subtracting per-role totals instead went negative on such a swap."""
+    spent = {"api": 0.0, "worker": 0.0}
+    for key, now in after.items():
+        then = before.get(key)
+        spent[now.role] += now.own_s - (then.own_s if then else 0.0)
+        reaped = now.reaped_s - (then.reaped_s if then else 0.0)
+        if reaped <= 0:
+            continue
+        ended = [p for k, p in before.items() if k not in after and p.parent == key]
+        reaped -= sum(p.own_s + p.reaped_s for p in ended)
+        role = ended[0].role if ended else now.role
+        spent[role] += max(reaped, 0.0)
+    return spent
+
+
 def listening_sockets(port: int) -> int:
     """How many TCP sockets listen on ``port`` on this machine (Linux's /proc)."""
     count = 0
@@ -192,31 +225,36 @@ class Service:
                     pending.extend(int(c) for c in (task / "children").read_text().split())
 
     def cpu_seconds(self) -> float | None:
-        """User + system CPU the server's processes have used so far (Linux only)."""
-        ticks = os.sysconf("SC_CLK_TCK")
-        stats = [stat.split() for _, stat in self._tree()]
-        return sum(int(f[11]) + int(f[12]) for f in stats) / ticks if stats else None
+        """User + system CPU the server's processes have used so far (Linux only),
+        children they have reaped included: a job worker that ``serve`` replaced
+        keeps counting, so the figure never goes down between two readings."""
+        sample = self.cpu_sample()
+        return sum(p.own_s + p.reaped_s for p in sample.values()) if sample else None
 
-    def cpu_by_role(self) -> dict[str, float] | None:
-        """``cpu_seconds`` split: the API processes, and the job worker with its
-        children (its extraction processes). The worker runs beside the requests
-        while it owes jobs; its CPU is not the requests' cost."""
+    def cpu_sample(self) -> dict[tuple[int, int], ProcessCpu] | None:
+        """Every server process's CPU so far, keyed by (pid, start time) so that a
+        reused pid is a new process; ``cpu_by_role`` subtracts two of these."""
         ticks = os.sysconf("SC_CLK_TCK")
-        split = {"api": 0.0, "worker": 0.0}
+        sample: dict[tuple[int, int], ProcessCpu] = {}
         workers: set[int] = set()
-        seen = False
+        keys: dict[int, tuple[int, int]] = {}
         for pid, stat in self._tree():
-            seen = True
-            fields = stat.split()
+            fields = stat.split()  # fields[0] is the state: stat(5)'s field 3
             with contextlib.suppress(OSError):
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 if b"worker" in argv:
                     workers.add(pid)
-            if int(fields[1]) in workers:  # the parent's pid (a parent comes first)
+            parent = int(fields[1])
+            if parent in workers:  # a parent comes first
                 workers.add(pid)
-            role = "worker" if pid in workers else "api"
-            split[role] += (int(fields[11]) + int(fields[12])) / ticks
-        return split if seen else None
+            keys[pid] = (pid, int(fields[19]))
+            sample[keys[pid]] = ProcessCpu(
+                role="worker" if pid in workers else "api",
+                parent=keys.get(parent),
+                own_s=(int(fields[11]) + int(fields[12])) / ticks,
+                reaped_s=(int(fields[13]) + int(fields[14])) / ticks,
+            )
+        return sample or None
 
     def rss_mib(self) -> float | None:
         """Resident memory of the server's processes, summed (shared pages counted in each)."""

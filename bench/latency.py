@@ -52,7 +52,7 @@ from typing import Any
 import httpx
 
 from bench._results import write_result
-from bench._service import REPO_ROOT, Service, running_service
+from bench._service import REPO_ROOT, Service, cpu_by_role, running_service
 
 # The targets the figures are judged against (1,000 sessions × 200 turns, 8 clients).
 TARGETS = {
@@ -261,16 +261,16 @@ async def run_phase(
                 errors += 1
                 first_error = first_error or f"{response.status_code}: {response.text[:300]}"
 
-    cpu0, server0, roles0 = time.process_time(), service.cpu_seconds(), service.cpu_by_role()
+    cpu0, server0, roles0 = time.process_time(), service.cpu_seconds(), service.cpu_sample()
     began = phase_began = time.perf_counter()
     await asyncio.wait_for(asyncio.gather(*(client_loop(c) for c in clients)), PHASE_TIMEOUT_S)
     seconds = time.perf_counter() - began
-    server1, roles1 = service.cpu_seconds(), service.cpu_by_role()
+    server1, roles1 = service.cpu_seconds(), service.cpu_sample()
 
     def role_cpu(role: str) -> float | None:
         if roles0 is None or roles1 is None:
             return None
-        return round(roles1[role] - roles0[role], 2)
+        return round(cpu_by_role(roles0, roles1)[role], 2)
 
     waiting = await jobs_waiting(clients[0])
     ordered = sorted(ms * 1000 for ms in latencies)
