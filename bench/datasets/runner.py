@@ -349,19 +349,29 @@ async def ask_mnemo(
     return out
 
 
+# Every task (thread or process) ever read under a pid, keyed by (tid, start time), with
+# its CPU at the last reading: a task that ended since keeps counting what it had spent.
+_TASKS_SEEN: dict[int, dict[tuple[int, int], int]] = {}
+
+
 def cpu_seconds_under(pid: int) -> float:
     """CPU time of ``pid``, its threads and the processes under it so far, to the
     nanosecond (``/proc/PID/task/*/schedstat``; ``/proc/PID/stat`` counts 10 ms ticks,
-    too coarse for the 15 reads of a round). Linux only; 0 for a process gone."""
-    total = 0
+    too coarse for the 15 reads of a round). Linux only; 0 for a process gone.
+
+    A thread or process that ended between two readings counts what it had spent at
+    the last reading that saw it (what it spent after that is missed): the figure
+    never goes down, where a plain sum of the live tasks did when a thread ended."""
+    seen = _TASKS_SEEN.setdefault(pid, {})
     pending = [pid]
     while pending:
         current = pending.pop()
         for task in Path(f"/proc/{current}/task").glob("*"):
             with contextlib.suppress(OSError, ValueError, IndexError):
-                total += int((task / "schedstat").read_text().split()[0])
+                started = int((task / "stat").read_text().rsplit(")", 1)[1].split()[19])
+                seen[int(task.name), started] = int((task / "schedstat").read_text().split()[0])
                 pending.extend(int(c) for c in (task / "children").read_text().split())
-    return total / 1e9
+    return sum(seen.values()) / 1e9
 
 
 def postgres_cpu_seconds(data_dir: Path) -> float | None:

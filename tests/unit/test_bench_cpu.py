@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 import time
 
 from bench._service import ProcessCpu, Service, cpu_by_role
+from bench.datasets.runner import cpu_seconds_under
 
 SERVE = (1, 100)
 OLD_WORKER = (2, 110)
@@ -57,3 +60,21 @@ def test_cpu_seconds_counts_a_reaped_child(tmp_path):
         service.process.kill()
         service.process.wait()
         service.process.stdout.close()
+
+
+def test_cpu_seconds_under_keeps_an_ended_thread():
+    done = threading.Event()
+
+    def burn() -> None:
+        end = time.thread_time() + 0.2
+        while time.thread_time() < end:
+            pass
+        done.wait()
+
+    thread = threading.Thread(target=burn)
+    thread.start()
+    time.sleep(0.4)
+    with_thread = cpu_seconds_under(os.getpid())
+    done.set()
+    thread.join()
+    assert cpu_seconds_under(os.getpid()) >= with_thread  # a plain sum lost ~0.2 s here
