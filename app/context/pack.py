@@ -51,22 +51,7 @@ class Packed:
 
 def group_turns(turns: Sequence[RecentTurn]) -> list[list[RecentTurn]]:
     """Split turns, oldest first, into units that must not be separated."""
-    groups: list[list[RecentTurn]] = []
-    open_calls: set[str] = set()
-    for turn in turns:
-        m = turn.message
-        if m["role"] == "tool" and groups and m.get("tool_call_id") in open_calls:
-            groups[-1].append(turn)
-            continue
-        if m["role"] == "tool":
-            # A result whose call is not in view (compacted or never posted):
-            # alone it would be rejected by chat APIs, so it forms an orphan group.
-            groups.append([turn])
-            open_calls = set()
-            continue
-        groups.append([turn])
-        open_calls = {c["id"] for c in m.get("tool_calls") or ()}
-    return groups
+    return Groups.of(turns).groups
 
 
 def _is_call(group: Sequence[RecentTurn]) -> bool:
@@ -90,17 +75,28 @@ class Groups:
 
     @classmethod
     def of(cls, recent: Sequence[RecentTurn]) -> Groups:
-        groups = group_turns(recent)
-        starts, at = [], 0
-        for g in groups:
+        """One walk over ``recent``, oldest first: a tool result joins the group of the
+        call it answers; one whose call is not in view (compacted or never posted) is
+        an orphan group of its own, since alone it would be rejected by chat APIs."""
+        groups: list[list[RecentTurn]] = []
+        costs: list[int] = []
+        starts: list[int] = []
+        orphan: list[bool] = []
+        open_calls: set[str] = set()
+        for at, turn in enumerate(recent):
+            m = turn.message
+            tool = m["role"] == "tool"
+            if tool and open_calls and m.get("tool_call_id") in open_calls:
+                groups[-1].append(turn)
+                costs[-1] += turn.tokens
+                continue
+            groups.append([turn])
+            costs.append(turn.tokens)
             starts.append(at)
-            at += len(g)
-        return cls(
-            groups=groups,
-            costs=[sum(t.tokens for t in g) for g in groups],
-            starts=starts,
-            orphan=[_is_orphan(g) for g in groups],
-        )
+            orphan.append(tool)
+            calls = None if tool else m.get("tool_calls")
+            open_calls = {c["id"] for c in calls} if calls else set()
+        return cls(groups=groups, costs=costs, starts=starts, orphan=orphan)
 
 
 @dataclass(frozen=True)
@@ -315,12 +311,17 @@ def as_text(messages: Sequence[Mapping[str, Any]]) -> str:
     """The context as one string: a header per message, tool calls spelled out."""
     parts = []
     for m in messages:
-        head = m["role"] if not m.get("name") else f"{m['role']} ({m['name']})"
-        lines = [m["content"]] if m.get("content") else []
-        for call in m.get("tool_calls") or ():
-            fn = call.get("function", {})
-            lines.append(f"→ {fn.get('name')}({fn.get('arguments')}) [{call.get('id')}]")
-        if m.get("tool_call_id"):
-            head += f" [{m['tool_call_id']}]"
-        parts.append(f"{head}: " + "\n".join(lines))
+        name, content = m.get("name"), m.get("content")
+        head = f"{m['role']} ({name})" if name else m["role"]
+        calls = m.get("tool_calls")
+        if calls:
+            lines = [content] if content else []
+            for call in calls:
+                fn = call.get("function", {})
+                lines.append(f"→ {fn.get('name')}({fn.get('arguments')}) [{call.get('id')}]")
+            content = "\n".join(lines)
+        call_id = m.get("tool_call_id")
+        if call_id:
+            head += f" [{call_id}]"
+        parts.append(f"{head}: {content}" if content else f"{head}: ")
     return "\n\n".join(parts)
