@@ -17,6 +17,8 @@ Postgres's execution of them.
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -376,23 +378,15 @@ VECTOR_EXACT = f"""
 # (``memory_vectors``: a third of the pages of the memories' rows); the best
 # k + NEAR_SLACK are re-ranked by their full vectors and checked for life (superseded,
 # expired, another model), fetched by primary key (``id = ANY``: a join let a planner
-# that misjudged the live share scan every live memory per candidate). Every row comes
-# with how many
-# copies were ranked (``near``): fewer than k live rows out of a full ``near`` means
-# the slack ran out, and the caller ranks the memories themselves (VECTOR_EXACT).
-# A heavy user gets one row (live count, NULL memory) and is searched through HNSW.
-# ``fence`` (``engine.plan_fence``: one row, joined to ``live``) is never true (a
-# negative k fails the LIMIT anyway) and costs nothing in a plan made for this
-# execution's values (a custom plan drops the scan); a generic plan must cost it as a
-# million-row scan,
-# so Postgres never swaps the custom plans of this statement for a generic one. A
-# generic plan is costed once, for the tables of that moment, and kept on the
-# connection while they grow: made on a fresh database (a handful of rows), it
-# scanned every live memory per candidate (7-17 ms instead of 0.4; half the requests
-# of the peers benchmark, on one of two pool connections). Custom plans cost no more
-# here (0.87 vs 0.86 ms on the largest LoCoMo user).
+# that misjudged the live share scan every live memory per candidate; the liveness test
+# stays outside the fetch, which ``OFFSET 0`` keeps apart: with it inside, a plan made
+# before any ANALYZE read the whole index of live memories, a partial index, to apply
+# it). Every row comes with how many copies were ranked (``near``): fewer than k live
+# rows out of a full ``near`` means the slack ran out, and the caller ranks the
+# memories themselves (VECTOR_EXACT). A heavy user gets one row (live count, NULL
+# memory) and is searched through HNSW.
 NEAR_SLACK = 16
-VECTOR_ROUTED = f"""
+_routed = f"""
     WITH live AS MATERIALIZED (
         SELECT count(*) AS n FROM (
             SELECT 1 FROM memories WHERE user_id = $1 AND superseded_by IS NULL
@@ -402,18 +396,83 @@ VECTOR_ROUTED = f"""
         WHERE live.n <= CAST($6 AS integer) AND v.user_id = $1
           AND (CAST($4 AS text) IS NULL OR v.kind = $4)
         ORDER BY v.embedding <=> CAST(CAST($2 AS vector) AS halfvec({EMBEDDING_DIM}))
-        LIMIT CAST($5 AS integer) + {NEAR_SLACK}),
-    fence AS MATERIALIZED ({plan_fence("CAST($5 AS integer) < 0")})
+        LIMIT CAST($5 AS integer) + {NEAR_SLACK}){{fence}}
     SELECT live.n AS live, (SELECT count(*) FROM near) AS near, e.*
-    FROM live CROSS JOIN fence LEFT JOIN LATERAL (
+    FROM live{{fence_join}} LEFT JOIN LATERAL (
         SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score
-        FROM memories m
-        WHERE m.id = ANY (ARRAY(SELECT memory_id FROM near))
-          AND m.superseded_by IS NULL AND m.embedding_model = $3
+        FROM (SELECT * FROM memories m WHERE m.id = ANY (ARRAY(SELECT memory_id FROM near))
+              OFFSET 0) AS m
+        WHERE m.superseded_by IS NULL AND m.embedding_model = $3
           AND (m.expires_at IS NULL OR m.expires_at > now())
         ORDER BY m.embedding <=> $2, m.id
         LIMIT $5) AS e ON true
 """
+
+# Plans of the routed statement. asyncpg prepares it once per pool connection; after
+# five runs Postgres may swap the plans it makes for each execution's values for one
+# generic plan, costed for the statistics of that moment and kept on the connection
+# until they change (an ANALYZE). Costed for a young database (a handful of rows, or
+# a few users holding them all), that plan reads the tables by sequential scans and
+# keeps doing so while they grow: on a fresh database it scanned every live memory per
+# candidate (7-17 ms instead of 0.4, on one of two pool connections of the peers
+# benchmark). EXPLAIN shows where the generic plan reads each table through its user
+# or primary-key index, which stays right as the tables grow (``SETTLED_STATISTICS``,
+# for both tables):
+# - never vacuumed nor analyzed (``reltuples`` -1: the planner assumes a user holds
+#   0.5 % of the rows) and at least SETTLED_PAGES long (from ~17 pages on; under 10,
+#   the planner assumes 10, and read the memories by a sequential scan);
+# - analyzed with at least SETTLED_ROWS rows of at least SETTLED_USERS users (index
+#   plans with 20 users from ~190 rows, with 10 users at 450 and with 15 at 14,800, a
+#   user's rows added together or one by one; with 5 users, sequential scans).
+#
+# So a connection searches with VECTOR_ROUTED while it finds the statistics settled,
+# and with VECTOR_ROUTED_YOUNG otherwise. VECTOR_ROUTED_YOUNG carries ``fence``
+# (``engine.plan_fence``: one row, never true), which a plan made for the values drops
+# and a generic plan must cost as a million-row scan: Postgres keeps planning it for
+# each execution's values (the 0.2-0.4 ms a search VECTOR_ROUTED does not pay). A
+# connection looks at the statistics on its first search and then every
+# SETTLED_CHECK_S (a round trip of ~0.1 ms).
+SETTLED_PAGES = 64
+SETTLED_ROWS = 500
+SETTLED_USERS = 10
+SETTLED_CHECK_S = 10.0
+VECTOR_ROUTED = _routed.format(fence="", fence_join="")
+VECTOR_ROUTED_YOUNG = _routed.format(
+    fence=f""",
+    fence AS MATERIALIZED ({plan_fence("CAST($5 AS integer) < 0")})""",
+    fence_join=" CROSS JOIN fence",
+)
+
+# settled_statistics: whether both tables of the routed statement are settled (above):
+# never vacuumed nor analyzed and SETTLED_PAGES long, or analyzed with SETTLED_ROWS
+# rows of SETTLED_USERS users (``n_distinct``: a count, or minus a share of the rows).
+SETTLED_STATISTICS = f"""
+    SELECT count(*) = 2 FROM pg_class c
+    LEFT JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = c.relname
+                        AND s.attname = 'user_id' AND NOT s.inherited
+    WHERE c.oid IN (to_regclass('memories'), to_regclass('memory_vectors'))
+      AND CASE WHEN c.reltuples < 0
+               THEN pg_relation_size(c.oid)
+                    >= {SETTLED_PAGES} * current_setting('block_size')::integer
+               ELSE c.reltuples >= {SETTLED_ROWS}
+                    AND CASE WHEN s.n_distinct < 0 THEN -s.n_distinct * c.reltuples
+                             ELSE s.n_distinct END >= {SETTLED_USERS} END
+"""
+
+# When each pool connection last looked at the statistics, and whether they were settled.
+_looked: weakref.WeakKeyDictionary[asyncpg.Connection, tuple[float, bool]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _routed_statement(db: asyncpg.Connection) -> str:
+    """The routed statement ``db`` searches with (see above)."""
+    now = time.monotonic()
+    looked = _looked.get(db)
+    if looked is None or now - looked[0] >= SETTLED_CHECK_S:
+        looked = _looked[db] = (now, bool(await db.fetchval(SETTLED_STATISTICS)))
+    return VECTOR_ROUTED if looked[1] else VECTOR_ROUTED_YOUNG
+
 
 # vector_hnsw: approximate, filtered inside the index scan (pgvector iterative scan).
 # "user_id + 0" keeps the planner off the btree (an exact scan of a heavy user), and
@@ -719,7 +778,7 @@ async def vector_ranking(
     """``vector_search``'s memories, unbuilt."""
     db = await _driver(conn)
     args = (user_pk, query, model, kind, k)
-    routed = await db.fetch(VECTOR_ROUTED, *args, EXACT_SCAN_MAX)
+    routed = await db.fetch(await _routed_statement(db), *args, EXACT_SCAN_MAX)
     count = int(routed[0]["live"])
     if count <= EXACT_SCAN_MAX:
         rows = [r for r in routed if r["id"] is not None]

@@ -11,7 +11,10 @@ lets other users' rows arrive, and reads the plan the connection then executes.
 from __future__ import annotations
 
 import random
+from typing import Any
 
+import asyncpg
+import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,7 +24,14 @@ from app.stores import memories as repo
 from app.stores import queue, sessions
 from app.stores.context import read_context
 from app.stores.engine import autocommit, driver_connection
-from tests.integration.test_memory_vectors import WORDS, add_notes, buffers
+from tests.integration.test_memory_vectors import (
+    MODEL,
+    WORDS,
+    add_notes,
+    buffers,
+    literal,
+    unit,
+)
 
 # More runs than Postgres waits before it considers a generic plan.
 RUNS = 8
@@ -141,3 +151,169 @@ async def test_a_claim_walks_the_runnable_index_not_every_waiting_job(engine: As
         assert [j.id for j in aged if j is not None] == list(range(RUNS + 1, 2 * RUNS + 1))
         read, _ = await buffers(db, "aged AS MATERIALIZED", 60.0, "w", 30)
     assert read < 40, read
+
+
+async def routed_statements(db: asyncpg.Connection) -> dict[str, tuple[int, int]]:
+    """(generic plans, custom plans) of the routed vector statements this connection
+    prepared, by name: young (with its plan fence) or settled."""
+    found: dict[str, tuple[int, int]] = {}
+    for r in await db.fetch(
+        "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+    ):
+        if r["statement"] in (repo.VECTOR_ROUTED, repo.VECTOR_ROUTED_YOUNG):
+            name = "young" if r["statement"] == repo.VECTOR_ROUTED_YOUNG else "settled"
+            found[name] = (r["generic_plans"], r["custom_plans"])
+    return found
+
+
+async def searched_after_growth(
+    engine: AsyncEngine, db: asyncpg.Connection, user_pk: int, rng: random.Random
+) -> int:
+    """Search ``user_pk`` RUNS + 1 times, then let the tables triple (no ANALYZE): the
+    buffers the connection's plan of the settled routed statement then reads for it
+    (checked against the exact ranking)."""
+    query = unit(rng)
+    for _ in range(RUNS + 1):
+        found = await repo.vector_search(db, user_pk=user_pk, query=query, model=MODEL, k=10)
+        assert len(found) == 10
+    await add_notes(engine, "large", 2 * repo.SETTLED_ROWS, rng)
+    found = await repo.vector_search(db, user_pk=user_pk, query=query, model=MODEL, k=10)
+    exact = await db.fetch(repo.VECTOR_EXACT, user_pk, query, MODEL, None, 10)
+    assert [r.id for r in found] == [r["id"] for r in exact]
+    generic, custom = (await routed_statements(db))["settled"]
+    assert (custom, generic) == (5, RUNS + 2 - 5)  # one plan, made once, run since
+    [prepared] = [
+        r["name"]
+        for r in await db.fetch("SELECT name, statement FROM pg_prepared_statements")
+        if r["statement"] == repo.VECTOR_ROUTED
+    ]
+    plan = await db.fetch(
+        f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {prepared}"
+        f"({user_pk}, {literal(query)}, '{MODEL}', NULL, 10, {repo.EXACT_SCAN_MAX})"
+    )
+    [tree] = plan[0][0]
+    assert unbounded_scans(tree["Plan"]) == []
+    return int(tree["Plan"]["Shared Hit Blocks"]) + int(tree["Plan"]["Shared Read Blocks"])
+
+
+def unbounded_scans(node: dict[str, Any]) -> list[str]:
+    """The scans of memories and memory_vectors in a plan that no index condition bounds
+    (a sequential scan, or a whole index read), read as the plan's node types."""
+    found = []
+    table = node.get("Relation Name") or node.get("Index Name", "")
+    if table.startswith("memor") and node["Node Type"] != "Bitmap Heap Scan":
+        if "Index Cond" not in node:
+            found.append(f"{node['Node Type']} on {table}")
+    for child in node.get("Plans", []):
+        found += unbounded_scans(child)
+    return found
+
+
+async def test_a_database_analyzed_with_enough_users_plans_the_vector_search_once(
+    engine: AsyncEngine,
+) -> None:
+    """Once the statistics count enough rows of enough users, a connection searches with
+    the routed statement that has no plan fence: Postgres makes one generic plan for it
+    (no planning per search), costed for those statistics, and that plan still reads a
+    user's rows through the indexes after the tables tripled without an ANALYZE."""
+    rng = random.Random(13)
+    for u in range(repo.SETTLED_USERS):
+        user_pk = await add_notes(engine, f"u{u}", repo.SETTLED_ROWS // repo.SETTLED_USERS, rng)
+    async with engine.connect() as conn:
+        db = await driver_connection(conn)
+        await db.execute("ANALYZE memories; ANALYZE memory_vectors")  # as autovacuum would
+        read = await searched_after_growth(engine, db, user_pk, rng)
+    assert read < 60, read  # the user's 25 rows through the indexes, not the 1,500
+
+
+async def test_a_database_never_analyzed_plans_the_vector_search_once_past_a_few_pages(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before any ANALYZE the planner assumes a user holds a small share of the rows: once
+    both tables are SETTLED_PAGES long, the generic plan reads through the indexes, and
+    keeps doing so as they grow. Shorter, the memories were read by a sequential scan."""
+    monkeypatch.setattr(repo, "SETTLED_CHECK_S", 0.0)  # look at the statistics every search
+    rng = random.Random(29)
+    user_pk = await add_notes(engine, "small", 10, rng)
+    async with engine.connect() as conn:
+        db = await driver_connection(conn)
+        await repo.vector_search(db, user_pk=user_pk, query=unit(rng), model=MODEL, k=10)
+        assert await routed_statements(db) == {"young": (0, 1)}
+        for u in range(repo.SETTLED_USERS):
+            await add_notes(engine, f"u{u}", repo.SETTLED_ROWS // repo.SETTLED_USERS, rng)
+        [never] = await db.fetch(
+            "SELECT count(*) FILTER (WHERE reltuples < 0) = 2 FROM pg_class"
+            " WHERE relname IN ('memories', 'memory_vectors')"
+        )
+        assert never[0]
+        read = await searched_after_growth(engine, db, user_pk, rng)
+    assert read < 60, read
+
+
+async def test_statistics_that_turn_young_bring_the_plan_fence_back(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database emptied (and analyzed) after it settled: the connection goes back to the
+    fenced statement, so no generic plan of the emptied tables serves their refill."""
+    monkeypatch.setattr(repo, "SETTLED_CHECK_S", 0.0)
+    rng = random.Random(23)
+    for u in range(repo.SETTLED_USERS):
+        user_pk = await add_notes(engine, f"u{u}", repo.SETTLED_ROWS // repo.SETTLED_USERS, rng)
+    query = unit(rng)
+    async with engine.connect() as conn:
+        db = await driver_connection(conn)
+        await db.execute("ANALYZE memories; ANALYZE memory_vectors")
+        await repo.vector_search(db, user_pk=user_pk, query=query, model=MODEL, k=10)
+        await db.execute("DELETE FROM memories WHERE user_id <> $1", user_pk)
+        await db.execute("ANALYZE memories; ANALYZE memory_vectors")
+        found = await repo.vector_search(db, user_pk=user_pk, query=query, model=MODEL, k=10)
+        assert len(found) == 10
+        assert await routed_statements(db) == {"settled": (0, 1), "young": (0, 1)}
+
+
+async def test_statistics_of_one_user_keep_the_plan_fence(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A generic plan costed while one user held every row reads whole tables (the plan
+    for that user's share), for every user that comes later."""
+    monkeypatch.setattr(repo, "SETTLED_CHECK_S", 0.0)
+    rng = random.Random(17)
+    await add_notes(engine, "one", repo.SETTLED_ROWS, rng)
+    small = await add_notes(engine, "small", 4, rng)
+    query = unit(rng)
+    async with engine.connect() as conn:
+        db = await driver_connection(conn)
+        await db.execute("ANALYZE memories; ANALYZE memory_vectors")
+        for _ in range(RUNS):
+            found = await repo.vector_search(db, user_pk=small, query=query, model=MODEL, k=10)
+            assert len(found) == 4
+        assert await routed_statements(db) == {"young": (0, RUNS)}
+        read, _ = await buffers(
+            db, "near AS MATERIALIZED", small, query, MODEL, None, 10, repo.EXACT_SCAN_MAX
+        )
+    assert read < 20, read  # the small user's rows
+
+
+async def test_a_young_connection_looks_at_the_statistics_once_a_while(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The statistics are read on a connection's first search, then not again before
+    SETTLED_CHECK_S: a database that never settles (a few users) pays one round trip a
+    while, not one a search."""
+    rng = random.Random(19)
+    user_pk = await add_notes(engine, "few", 8, rng)
+    query = unit(rng)
+    async with engine.connect() as conn:
+        db = await driver_connection(conn)
+        for _ in range(3):
+            await repo.vector_search(db, user_pk=user_pk, query=query, model=MODEL, k=10)
+        monkeypatch.setattr(repo, "SETTLED_CHECK_S", 0.0)
+        await repo.vector_search(db, user_pk=user_pk, query=query, model=MODEL, k=10)
+        looked = [
+            r["runs"]
+            for r in await db.fetch(
+                "SELECT statement, generic_plans + custom_plans AS runs FROM pg_prepared_statements"
+            )
+            if r["statement"] == repo.SETTLED_STATISTICS
+        ]
+    assert looked == [2]

@@ -111,6 +111,7 @@ NOT_YET: dict[str, str] = {
     "VECTOR_EXACT": USER_KEYED,
     "VECTOR_HNSW": USER_KEYED,
     "VECTOR_ROUTED": USER_KEYED,
+    "VECTOR_ROUTED_YOUNG": USER_KEYED,
     # the queue after a claim
     "BURY": JOB_KEYED,
     "COMPLETE": JOB_KEYED,
