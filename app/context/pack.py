@@ -58,11 +58,6 @@ def _is_call(group: Sequence[RecentTurn]) -> bool:
     return bool(group[0].message.get("tool_calls"))
 
 
-def _is_orphan(group: Sequence[RecentTurn]) -> bool:
-    role: str = group[0].message["role"]
-    return role == "tool"
-
-
 @dataclass(frozen=True)
 class Groups:
     """``group_turns(recent)`` with what each group costs and where it starts in
