@@ -444,7 +444,7 @@ async def measure(service: Service, args: argparse.Namespace) -> dict[str, Any]:
                 service,
                 clients[:1],
                 serial,
-                _offset(get_context, args.requests),
+                get_context,
                 contexts=True,
             )
     finally:
