@@ -153,8 +153,6 @@ def _exit_cleanly_on_sigterm() -> None:
 
 
 def _uvicorn_options(settings: Settings) -> dict[str, Any]:
-    from app.api.coalesce import CoalescingHttpToolsProtocol
-
     return {
         "host": settings.host,
         "port": settings.port,
@@ -164,8 +162,6 @@ def _uvicorn_options(settings: Settings) -> dict[str, Any]:
         "log_level": settings.log_level.lower(),
         "log_config": None,  # keep our JSON handler
         "access_log": False,  # ours carries the request id and route template
-        # A response's head and body in one write: one wake-up of the client, not two.
-        "http": CoalescingHttpToolsProtocol,
     }
 
 
