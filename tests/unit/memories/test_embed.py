@@ -260,6 +260,37 @@ def test_use_reads_the_first_convolution_of_seen_tokens_from_their_kept_rows() -
     assert float(np.abs(model.encode(texts) - expected).max()) < 1e-6
 
 
+def test_use_reads_the_kept_rows_in_place_bit_for_bit_as_from_a_copy() -> None:
+    """A pass gathers each window's taps from the kept rows themselves (and a zero row
+    kept beside them for the slots outside a text), not from a copy of every token's
+    row: the vectors are bit for bit those of the same pass over a copy, for new and
+    seen tokens, texts side by side in a batch, and a text of more distinct tokens than
+    are kept (projected apart)."""
+    from app.providers import use_forward
+
+    texts = ["ok", "the cat sat on the mat by the door", "夏天去海边", "order-123 QX7T2L", ""]
+    texts += [" ".join(f"r{i}y{i * 5 % 11}" for i in range(j, j + 90)) for j in (0, 40)]
+    in_place = use_forward.load_projected(threads=1)
+    copied = use_forward.load_projected(threads=1)
+    token_rows = copied._token_rows
+
+    def as_a_copy(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows, slot = token_rows(flat)
+        return rows[slot], np.arange(len(slot))
+
+    copied._token_rows = as_a_copy  # type: ignore[method-assign]
+    rows, slot = in_place._token_rows(np.array(in_place.sp.encode("the cat"), dtype=np.int64))
+    assert rows is in_place._rows and not rows[slot[-1]].any()
+    kept = use_forward.TOKENS_KEPT
+    try:
+        use_forward.TOKENS_KEPT = 64  # the second long text: more new tokens than kept
+        for batch in (texts, texts[::-1], texts[1:2], texts[-1:]):
+            assert np.array_equal(in_place.encode(batch), copied.encode(batch))
+    finally:
+        use_forward.TOKENS_KEPT = kept
+    assert not in_place._rows[in_place._zero].any()
+
+
 def test_use_segments_each_word_once_into_the_librarys_tokens() -> None:
     """The model's tokenizer keeps each word's pieces: a text of words seen before is
     not segmented again, and every text gets the library tokenizer's tokens, whatever
