@@ -97,7 +97,7 @@ def mmr_by(
 def mmr_words(
     candidates: Sequence[tuple[K, float]],
     *,
-    words: Callable[[K], set[str]],
+    words: Callable[[K], frozenset[str] | set[str]],
     lambda_: float = 0.7,
     top_k: int,
     stop_after: Callable[[K], bool] | None = None,
@@ -113,48 +113,54 @@ def mmr_words(
     are read the first time it is: the long tail of a deep candidate list, which MMR
     never reaches, costs nothing. (Any other order is scanned whole.) The words read
     become the bits of one integer per candidate (a bit per word, given as words are
-    first seen), so a similarity is two popcounts, not two set operations."""
-    remaining = list(candidates)
-    best_first = all(a[1] >= b[1] for a, b in pairwise(remaining))
+    first seen), so a similarity is two popcounts, not two set operations. The state is
+    kept per position in flat lists (it runs on every context read)."""
+    keys = [key for key, _ in candidates]
+    ceiling = [lambda_ * relevance for _, relevance in candidates]  # the most each can gain
+    best_first = all(a >= b for a, b in pairwise(relevance for _, relevance in candidates))
     keep = 1.0 - lambda_
-    redundancy: dict[K, tuple[float, int]] = {}  # key -> (redundancy, picks compared)
+    redundancy = [0.0] * len(keys)
+    seen = [0] * len(keys)  # the picks each candidate's redundancy has been compared with
+    own = [0] * len(keys)  # its words' bits,
+    size = [-1] * len(keys)  # and how many words (-1: not read yet)
     bit: dict[str, int] = {}
-    read: dict[K, tuple[int, int]] = {}  # key -> (its words' bits, how many words)
-
-    def bits(key: K) -> tuple[int, int]:
-        found = read.get(key)
-        if found is None:
-            own = words(key)
-            for word in own.difference(bit):
-                bit[word] = 1 << len(bit)
-            found = read[key] = (sum(map(bit.__getitem__, own)), len(own))
-        return found
-
     compared: list[tuple[int, int]] = []  # the picks' bits and word counts
+    remaining = list(range(len(keys)))
     picked: list[K] = []
+
+    def learn(i: int) -> None:
+        read = words(keys[i])
+        for word in read.difference(bit):
+            bit[word] = 1 << len(bit)
+        own[i], size[i] = sum(map(bit.__getitem__, read)), len(read)
+
     while remaining and len(picked) < top_k:
         best, best_gain = -1, 0.0
-        for position, (key, relevance) in enumerate(remaining):
-            if best >= 0 and best_first and lambda_ * relevance <= best_gain:
+        for position, i in enumerate(remaining):
+            if best >= 0 and best_first and ceiling[i] <= best_gain:
                 break
-            redundant, seen = redundancy.get(key, (0.0, 0))
-            if seen < len(compared):
-                own, size = bits(key)
-                for pick, pick_size in compared[seen:]:
-                    shared = (own & pick).bit_count()
-                    union = size + pick_size - shared
+            redundant = redundancy[i]
+            if seen[i] < len(compared):
+                if size[i] < 0:
+                    learn(i)
+                mine, count = own[i], size[i]
+                for pick, pick_size in compared[seen[i] :]:
+                    shared = (mine & pick).bit_count()
+                    union = count + pick_size - shared
                     similarity = shared / union if union else 0.0
                     if similarity > redundant:
                         redundant = similarity
-                redundancy[key] = (redundant, len(compared))
-            gain = lambda_ * relevance - keep * redundant
+                redundancy[i], seen[i] = redundant, len(compared)
+            gain = ceiling[i] - keep * redundant
             if best < 0 or gain > best_gain:  # the first of equals
                 best, best_gain = position, gain
-        chosen = remaining.pop(best)[0]
-        picked.append(chosen)
-        if stop_after is not None and stop_after(chosen):
+        chosen = remaining.pop(best)
+        picked.append(keys[chosen])
+        if stop_after is not None and stop_after(keys[chosen]):
             break
-        compared.append(bits(chosen))
+        if size[chosen] < 0:
+            learn(chosen)
+        compared.append((own[chosen], size[chosen]))
     return picked
 
 

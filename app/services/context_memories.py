@@ -23,6 +23,7 @@ Turns are shown chronologically under a date line — "7 May 2023 (2023-05-07)" 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
@@ -103,20 +104,20 @@ def top_k_for(budget_tokens: int, floor: int) -> int:
     return max(floor, min(MAX_CANDIDATES, budget_tokens // TOKENS_PER_CANDIDATE))
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Turn:
     row: MemoryRow
     value: float
     session_pk: int
     seq: int
+    tokens: int = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokens = _tokens(self.row)
 
     @property
     def key(self) -> tuple[int, int]:
         return (self.session_pk, self.seq)
-
-    @property
-    def tokens(self) -> int:
-        return _tokens(self.row)
 
     @property
     def density(self) -> float:
@@ -138,12 +139,13 @@ def _seqs(m: MemoryRow) -> list[int]:
     return [int(s) for s in m.source.get("seqs") or []]
 
 
-def _content(m: MemoryRow) -> str:
-    return m.text.partition(": ")[2] or m.text
+def _content(text: str) -> str:
+    """A turn's text without its speaker."""
+    return text.partition(": ")[2] or text
 
 
 def _asks(m: MemoryRow) -> bool:
-    return _content(m).rstrip().endswith(("?", "？"))
+    return _content(m.text).rstrip().endswith(("?", "？"))
 
 
 async def memory_block(
@@ -325,27 +327,39 @@ def _diversify(ranked: list[_Turn], budget_tokens: int) -> list[_Turn]:
         picked_tokens += index[key].tokens
         return picked_tokens >= MMR_FILL * budget_tokens
 
-    top = max(t.density for t in head) or 1.0
+    densities = [t.density for t in head]
+    top = max(densities) or 1.0
     index = {t.key: t for t in head}
-    read: dict[tuple[int, int], set[str]] = {}
-
-    def words(key: tuple[int, int]) -> set[str]:
-        found = read.get(key)
-        if found is None:
-            found = read[key] = set(_content(index[key].row).lower().split())
-        return found
-
     # Best first (``ranked`` is by density): MMR reads the words of the turns it may
     # pick, not of every turn of the head.
     order = mmr_words(
-        [(t.key, t.density / top) for t in head],
-        words=words,
+        [(t.key, density / top) for t, density in zip(head, densities, strict=True)],
+        words=lambda key: _words(index[key].row.text),
         lambda_=MMR_LAMBDA,
         top_k=len(head),
         stop_after=filled,
     )
     chosen = set(order)
     return [index[k] for k in order] + [t for t in head if t.key not in chosen] + tail
+
+
+# Turns' words kept, per process, for turns up to WORDS_KEPT_MAX_CHARS long: the same
+# turns come back read after read (a pure function of the text, so keeping them never
+# changes a pick).
+WORDS_KEPT = 2048
+WORDS_KEPT_MAX_CHARS = 1000
+
+
+def _words(text: str) -> frozenset[str]:
+    """A turn's words as MMR compares them: its content (the speaker left out), folded."""
+    return _kept_words(text) if len(text) <= WORDS_KEPT_MAX_CHARS else _read_words(text)
+
+
+def _read_words(text: str) -> frozenset[str]:
+    return frozenset(_content(text).lower().split())
+
+
+_kept_words = functools.lru_cache(maxsize=WORDS_KEPT)(_read_words)
 
 
 def _day(m: MemoryRow) -> date:

@@ -76,3 +76,61 @@ def test_term_matcher_counts_a_word_only_where_a_word_starts(terms: list[str], t
     from app.memories.bm25 import term_matcher
 
     assert term_matcher(terms)(text) == _counted_with_word_boundary(terms, text)
+
+
+def _counted_by_the_first_matcher(terms: list[str], text: str) -> int:
+    """term_matcher as it was first written (one regex pass without \\b, each match
+    kept where a word starts): the counts any faster matcher must give."""
+    words = [t for t in terms if re.fullmatch("[a-z]+", t)]
+    others = [t for t in terms if not re.fullmatch("[a-z]+", t)]
+    folded = text.lower()
+    found: set[str] = set()
+    if words:
+        for m in re.finditer("|".join(map(re.escape, words)), folded):
+            before = folded[m.start() - 1] if m.start() else " "
+            if not (before.isalnum() or before == "_"):
+                found.add(m.group())
+    return len(found) + sum(1 for t in others if t in folded)
+
+
+_PIECES = [
+    "Painting", "paint", "painter's", "repaint", "pain", "9paint", "_paint", "Paint-ed",
+    "hik", "hiking", "hike", "éhike", "art", "start", "artist", "上周", "上周末", "花生过敏",
+    "k7-22", "K7", "22", "ship", "shipment", "İpaint", "ß",
+]  # fmt: skip
+_TERMS = [
+    "paint", "pain", "painter", "hik", "art", "artist", "ship", "上周", "过敏", "k7-22", "k7",
+    "22", "a", "p",
+]  # fmt: skip
+
+
+@given(
+    terms=st.lists(st.sampled_from(_TERMS), max_size=8, unique=True),
+    pieces=st.lists(
+        st.tuples(st.sampled_from(_PIECES), st.sampled_from(["", " ", ", ", "\n", "-", "。"])),
+        max_size=12,
+    ),
+)
+def test_term_matcher_counts_what_the_first_matcher_counted(
+    terms: list[str], pieces: list[tuple[str, str]]
+) -> None:
+    # English and Chinese turns; stems that start one another ("pain", "paint", "painter"),
+    # or not; stems inside words, after digits, underscores and non-ASCII letters.
+    from app.memories.bm25 import term_matcher
+
+    text = "".join(piece + gap for piece, gap in pieces)
+    count = term_matcher(terms)
+    assert count(text) == _counted_by_the_first_matcher(terms, text)
+    assert count(text) == _counted_by_the_first_matcher(terms, text)  # kept, the same
+
+
+def test_a_kept_matcher_counts_right_after_it_forgets() -> None:
+    from app.memories.bm25 import COUNTS_KEPT, term_matcher
+
+    terms = search_terms("paintings of the lake at dawn")
+    texts = [f"user: turn {i} painted the lake" if i % 3 else f"turn {i}" for i in range(600)]
+    assert len(texts) > COUNTS_KEPT
+    first = [term_matcher(terms)(t) for t in texts]
+    again = [term_matcher(terms)(t) for t in reversed(texts)]
+    assert first == list(reversed(again))
+    assert first[:3] == [0, 2, 2]
