@@ -247,7 +247,17 @@ async def _turns(
     missing = sorted((k for k in priority if k not in direct), key=lambda k: -priority[k])
     missing = missing[: max(MIN_CANDIDATES, request.budget_tokens // TOKENS_PER_FETCHED_TURN)]
     by_key = {k: _Turn(t.row, t.value, *k) for k, t in direct.items()}
-    rows, pinned = await repo.turns_and_pinned(db, user_pk=request.user_pk, pairs=missing)
+    # Of those, only the rows that can gain a value are read: an episode's turns, the
+    # turn before a hit (a question it may answer), and the turn after a hit that asks.
+    # The turn after a hit that does not ask would be read only to be worth nothing.
+    wanted = set(indirect)
+    for turn in direct.values():
+        wanted.add((turn.session_pk, turn.seq - 1))
+        if _asks(turn.row):
+            wanted.add((turn.session_pk, turn.seq + 1))
+    rows, pinned = await repo.turns_and_pinned(
+        db, user_pk=request.user_pk, pairs=[k for k in missing if k in wanted]
+    )
     for row in rows:
         if row.session_id is None or not _visible(row, request):
             continue

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from app.memories.bm25 import search_terms
 from app.services import context_memories as cm
+from app.stores import memories as memories_store
 from app.stores.memories import MemoryRow
 
 WHEN = datetime(2024, 3, 1, tzinfo=UTC)
@@ -118,3 +120,65 @@ def test_a_near_duplicate_of_a_better_turn_gives_way_to_different_evidence() -> 
     # Nothing alike: the order by value stands.
     unlike = [ranked[0], ranked[2], ranked[3]]
     assert [t.seq for t in cm._diversify(unlike, budget_tokens=1000)] == [0, 2, 3]
+
+
+async def test_the_turn_after_a_hit_that_does_not_ask_is_not_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only rows that can gain a value are read, and the picks are the ones reading
+    every neighbour of every hit gives."""
+    stored = {
+        (7, seq): row(100 + seq, text, [seq], turn=True)
+        for seq, text in enumerate(
+            [
+                "Ana: Where did you go in May?",
+                "Ben: We went kayaking on the lake.",  # a hit that does not ask
+                "Ana: Nice.",
+                "Ben: We swam too.",  # the turn before a hit: read, though it does not ask
+                "Ana: What did you paint there?",  # a hit that asks
+                "Ben: A lighthouse.",
+                "Ana: Lovely.",
+            ],
+            start=1,
+        )
+    }
+    hits = [
+        dataclasses.replace(stored[(7, 2)], score=0.03),
+        dataclasses.replace(stored[(7, 5)], score=0.02),
+        row(50, "episode", [6, 7], turn=False, score=0.01),
+    ]
+    request = cm.MemoryRequest(
+        session_pk=1,
+        user_pk=1,
+        explicit_query=None,
+        latest_user=None,
+        recent_user_texts=[],
+        last_embedded_seq=None,
+        budget_tokens=400,
+        top_k=10,
+    )
+    asked: list[tuple[int, int]] = []
+
+    async def read_asked(
+        _: object, *, user_pk: int, pairs: list[tuple[int, int]]
+    ) -> tuple[list[MemoryRow], list[MemoryRow]]:
+        asked.extend(pairs)
+        return [stored[k] for k in pairs if k in stored], []
+
+    async def read_every_neighbour(
+        _: object, *, user_pk: int, pairs: list[tuple[int, int]]
+    ) -> tuple[list[MemoryRow], list[MemoryRow]]:
+        return [m for k, m in stored.items() if k not in {(7, 2), (7, 5)}], []
+
+    def picks(out: tuple[list[cm._Turn], list[MemoryRow], list[MemoryRow]]) -> list[object]:
+        return [[(t.row.id, t.value) for t in out[0]], out[1], out[2]]
+
+    terms = search_terms("where did we paint")
+    db: Any = None
+    monkeypatch.setattr(memories_store, "turns_and_pinned", read_asked)
+    got = await cm._turns(db, request, hits, terms)
+    monkeypatch.setattr(memories_store, "turns_and_pinned", read_every_neighbour)
+    expected = await cm._turns(db, request, hits, terms)
+    assert sorted(asked) == [(7, 1), (7, 4), (7, 6), (7, 7)]
+    assert picks(got) == picks(expected)
+    assert {t.row.id for t in got[0]} == {101, 102, 105, 106, 107}
