@@ -568,11 +568,15 @@ LEXICAL_FOR_USER = f"""
 # half of a question/answer pair is found), and the high-stakes memories every context
 # shows, the pinned ones (pinned through the API, never expire) first, then promoted
 # ones (they expire): one round trip for the last two reads of the memory block,
-# through the driver ($1 user, $2 session pks, $3 seqs).
+# through the driver ($1 user, $2 session pks, $3 seqs). The turns come in the order
+# of the pairs asked for (their priority): the caller breaks ties in value by it, so a
+# context does not depend on the join Postgres picks (a hash join of the pairs returns
+# the rows in the order of the index it reads).
 TURNS_AND_PINNED = f"""
     SELECT * FROM (
-        SELECT {MEMORY_COLUMNS}, false AS high_stakes, 0::bigint AS position
-        FROM unnest(CAST($2 AS bigint[]), CAST($3 AS integer[])) AS w(sid, seq)
+        SELECT {MEMORY_COLUMNS}, false AS high_stakes, w.position
+        FROM unnest(CAST($2 AS bigint[]), CAST($3 AS integer[]))
+             WITH ORDINALITY AS w(sid, seq, position)
         JOIN memories m ON m.session_id = w.sid AND m.turn_seq = w.seq
         WHERE m.user_id = $1 AND m.superseded_by IS NULL
         UNION ALL
@@ -854,8 +858,8 @@ async def lexical_ranking_for_user(
 async def turns_and_pinned(
     conn: Connection, *, user_pk: int, pairs: list[tuple[int, int]]
 ) -> tuple[list[MemoryRow], list[MemoryRow]]:
-    """The single-turn memories of ``(session pk, seq)`` pairs (those that exist), and
-    the user's high-stakes memories (pinned first)."""
+    """The single-turn memories of ``(session pk, seq)`` pairs (those that exist, in
+    the order of ``pairs``), and the user's high-stakes memories (pinned first)."""
     rows = await (await _driver(conn)).fetch(
         TURNS_AND_PINNED, user_pk, [p[0] for p in pairs], [p[1] for p in pairs]
     )

@@ -97,3 +97,55 @@ async def test_every_search_statement_builds_the_memory_read_by_name(
     assert vector[0].text == "Allergic to peanuts" and vector[0].score == 1.0
     assert [m.score for m in vector] == [m.score for m in exact]
     assert all(m.score is not None and 0 < m.score <= 10 for m in lexical)
+
+
+async def test_the_turns_come_in_the_order_of_the_pairs_asked_for(
+    engine: AsyncEngine,
+) -> None:
+    """The memory block breaks ties in value by the order of the rows read: the turns
+    come back in the order of ``pairs`` (pairs without a row left out), whatever join
+    Postgres picks (a hash join returns them in the table's order)."""
+    async with engine.begin() as conn:
+        await sessions.create_session(conn, tenant="default", session="s-order", user="u-order")
+        user_pk = await sessions.ensure_user(conn, tenant="default", user="u-order")
+        session_pk = int(
+            (
+                await conn.execute(text("SELECT id FROM sessions WHERE external_id = 's-order'"))
+            ).scalar_one()
+        )
+        for seq in range(1, 61):
+            body = f"Turn {seq}: the same few words"
+            await repo.insert_memory(
+                conn,
+                tenant="default",
+                user_pk=user_pk,
+                kind="episode",
+                text_=body,
+                text_key=body,
+                pinned=False,
+                ttl_days=30,
+                source={"session_id": "s-order", "seqs": [seq]},
+                metadata={"granularity": "turn"},
+                terms=index_terms(body),
+                session_pk=session_pk,
+                turn_seq=seq,
+            )
+        await conn.execute(text("ANALYZE memories"))
+    # Fewer pairs than rows: a hash join then hashes the pairs and reads the user's
+    # memories in their index's order.
+    seqs = random.Random(5).sample(range(1, 71), 20)  # 61-70 have no row
+    # The planner's choice (a hash join of the pairs, with these statistics), then one
+    # without nested loops or merge joins.
+    for nested_loops in ("on", "off"):
+        async with engine.connect() as conn:
+            db = await driver_connection(conn)
+            await db.execute(f"SET enable_nestloop = {nested_loops}")
+            await db.execute(f"SET enable_mergejoin = {nested_loops}")
+            try:
+                turns, pinned = await repo.turns_and_pinned(
+                    db, user_pk=user_pk, pairs=[(session_pk, s) for s in seqs]
+                )
+            finally:
+                await db.execute("RESET enable_nestloop; RESET enable_mergejoin")
+        assert pinned == []
+        assert [m.source["seqs"][0] for m in turns] == [s for s in seqs if s <= 60], nested_loops
