@@ -5,9 +5,10 @@ read by name does, whichever statement (and whichever leading columns) it came f
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.memories.bm25 import index_terms
 from app.stores import memories as repo
@@ -18,35 +19,63 @@ from tests.integration.test_memory_vectors import MODEL, unit
 BY_NAME = text(f"SELECT {repo.MEMORY_COLUMNS} FROM memories m WHERE m.id = ANY(:ids)")
 
 
+async def _user_and_session(conn: AsyncConnection, *, session: str, user: str) -> tuple[int, int]:
+    await sessions.create_session(conn, tenant="default", session=session, user=user)
+    user_pk = await sessions.ensure_user(conn, tenant="default", user=user)
+    found = await conn.execute(
+        text("SELECT id FROM sessions WHERE external_id = :s"), {"s": session}
+    )
+    return user_pk, int(found.scalar_one())
+
+
+async def _turn(
+    conn: AsyncConnection,
+    *,
+    user_pk: int,
+    session_pk: int,
+    session: str,
+    seq: int,
+    body: str,
+    source: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    **vector: Any,
+) -> None:
+    """One turn memory (a turn row of ``session``, as the worker indexes it)."""
+    await repo.insert_memory(
+        conn,
+        tenant="default",
+        user_pk=user_pk,
+        kind="episode",
+        text_=body,
+        text_key=body,
+        pinned=False,
+        ttl_days=30,
+        source={"session_id": session, "seqs": [seq], **(source or {})},
+        metadata={"granularity": "turn", **(metadata or {})},
+        terms=index_terms(body),
+        session_pk=session_pk,
+        turn_seq=seq,
+        **vector,
+    )
+
+
 async def _memories(engine: AsyncEngine) -> tuple[int, int, list[float]]:
     """A user with turn memories of one session (with sources, metadata, expiry and
     vectors) and a pinned high-stakes fact; returns (user pk, session pk, a query)."""
     rng = random.Random(11)
     async with engine.begin() as conn:
-        await sessions.create_session(conn, tenant="default", session="s-rows", user="u-rows")
-        user_pk = await sessions.ensure_user(conn, tenant="default", user="u-rows")
-        session_pk = int(
-            (
-                await conn.execute(text("SELECT id FROM sessions WHERE external_id = 's-rows'"))
-            ).scalar_one()
-        )
+        user_pk, session_pk = await _user_and_session(conn, session="s-rows", user="u-rows")
         query = unit(rng)
         for seq in range(1, 9):
-            body = f"Turn {seq}: the harbour ferry leaves at {seq} pm"
-            await repo.insert_memory(
+            await _turn(
                 conn,
-                tenant="default",
                 user_pk=user_pk,
-                kind="episode",
-                text_=body,
-                text_key=body,
-                pinned=False,
-                ttl_days=30,
-                source={"session_id": "s-rows", "seqs": [seq], "from": "2024-05-07T10:00:00"},
-                metadata={"granularity": "turn", "tokens": 12 + seq},
-                terms=index_terms(body),
                 session_pk=session_pk,
-                turn_seq=seq,
+                session="s-rows",
+                seq=seq,
+                body=f"Turn {seq}: the harbour ferry leaves at {seq} pm",
+                source={"from": "2024-05-07T10:00:00"},
+                metadata={"tokens": 12 + seq},
                 embedding=unit(rng),
                 model=MODEL,
             )
@@ -106,29 +135,15 @@ async def test_the_turns_come_in_the_order_of_the_pairs_asked_for(
     come back in the order of ``pairs`` (pairs without a row left out), whatever join
     Postgres picks (a hash join returns them in the table's order)."""
     async with engine.begin() as conn:
-        await sessions.create_session(conn, tenant="default", session="s-order", user="u-order")
-        user_pk = await sessions.ensure_user(conn, tenant="default", user="u-order")
-        session_pk = int(
-            (
-                await conn.execute(text("SELECT id FROM sessions WHERE external_id = 's-order'"))
-            ).scalar_one()
-        )
+        user_pk, session_pk = await _user_and_session(conn, session="s-order", user="u-order")
         for seq in range(1, 61):
-            body = f"Turn {seq}: the same few words"
-            await repo.insert_memory(
+            await _turn(
                 conn,
-                tenant="default",
                 user_pk=user_pk,
-                kind="episode",
-                text_=body,
-                text_key=body,
-                pinned=False,
-                ttl_days=30,
-                source={"session_id": "s-order", "seqs": [seq]},
-                metadata={"granularity": "turn"},
-                terms=index_terms(body),
                 session_pk=session_pk,
-                turn_seq=seq,
+                session="s-order",
+                seq=seq,
+                body=f"Turn {seq}: the same few words",
             )
         await conn.execute(text("ANALYZE memories"))
     # Fewer pairs than rows: a hash join then hashes the pairs and reads the user's
