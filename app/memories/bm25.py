@@ -85,22 +85,7 @@ def term_matcher(terms: Sequence[str]) -> Callable[[str], int]:
     English stem counting where it starts a word ("paint" in "Painting"), a CJK bigram
     or an identifier wherever it occurs. An approximation of ``index_terms`` (a stem
     also starts longer words), used to share an episode's score among its turns. Where
-    several stems start the same word, only the first of ``terms`` counts there.
-    Matchers and their counts are kept per query terms: the reads of a session until
-    its next user turn ask the same query of mostly the same turns."""
-    return _matcher(tuple(terms))
-
-
-# Matchers kept (one per query), and texts up to COUNTED_MAX_CHARS long counted per
-# matcher: a count is a pure function of the terms and the text, so keeping one never
-# changes a result.
-MATCHERS_KEPT = 32
-COUNTS_KEPT = 256
-COUNTED_MAX_CHARS = 1000
-
-
-@functools.lru_cache(maxsize=MATCHERS_KEPT)
-def _matcher(terms: tuple[str, ...]) -> Callable[[str], int]:
+    several stems start the same word, only the first of ``terms`` counts there."""
     words = [t for t in terms if _PLAIN_WORD.fullmatch(t)]
     others = [t for t in terms if not _PLAIN_WORD.fullmatch(t)]
     starts = (
@@ -108,18 +93,10 @@ def _matcher(terms: tuple[str, ...]) -> Callable[[str], int]:
         if _prefix_free(words)
         else _first_at_word_starts(words)
     )
-    counted: dict[str, int] = {}
 
     def count(text: str) -> int:
-        found = counted.get(text)
-        if found is None:
-            folded = text.lower()
-            found = starts(folded) + sum(t in folded for t in others)
-            if len(text) <= COUNTED_MAX_CHARS:
-                if len(counted) >= COUNTS_KEPT:
-                    counted.clear()
-                counted[text] = found
-        return found
+        folded = text.lower()
+        return starts(folded) + sum(t in folded for t in others)
 
     return count
 

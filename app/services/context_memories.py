@@ -23,7 +23,6 @@ Turns are shown chronologically under a date line — "7 May 2023 (2023-05-07)" 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
@@ -353,23 +352,9 @@ def _diversify(ranked: list[_Turn], budget_tokens: int) -> list[_Turn]:
     return [index[k] for k in order] + [t for t in head if t.key not in chosen] + tail
 
 
-# Turns' words kept, per process, for turns up to WORDS_KEPT_MAX_CHARS long: the same
-# turns come back read after read (a pure function of the text, so keeping them never
-# changes a pick).
-WORDS_KEPT = 2048
-WORDS_KEPT_MAX_CHARS = 1000
-
-
 def _words(text: str) -> frozenset[str]:
     """A turn's words as MMR compares them: its content (the speaker left out), folded."""
-    return _kept_words(text) if len(text) <= WORDS_KEPT_MAX_CHARS else _read_words(text)
-
-
-def _read_words(text: str) -> frozenset[str]:
     return frozenset(_content(text).lower().split())
-
-
-_kept_words = functools.lru_cache(maxsize=WORDS_KEPT)(_read_words)
 
 
 def _day(m: MemoryRow) -> date:

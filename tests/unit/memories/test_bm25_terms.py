@@ -124,12 +124,11 @@ def test_term_matcher_counts_what_the_first_matcher_counted(
     assert count(text) == _counted_by_the_first_matcher(terms, text)  # kept, the same
 
 
-def test_a_kept_matcher_counts_right_after_it_forgets() -> None:
-    from app.memories.bm25 import COUNTS_KEPT, term_matcher
+def test_a_matcher_counts_the_same_in_any_order_of_texts() -> None:
+    from app.memories.bm25 import term_matcher
 
     terms = search_terms("paintings of the lake at dawn")
     texts = [f"user: turn {i} painted the lake" if i % 3 else f"turn {i}" for i in range(600)]
-    assert len(texts) > COUNTS_KEPT
     first = [term_matcher(terms)(t) for t in texts]
     again = [term_matcher(terms)(t) for t in reversed(texts)]
     assert first == list(reversed(again))
