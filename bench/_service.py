@@ -98,6 +98,7 @@ class Service:
     extra_env: Mapping[str, str]
     ready_timeout_s: float
     workers: int = 1  # `mnemo serve --workers N` when above 1
+    code: Path = REPO_ROOT  # the checkout whose `app` is served (bench.side_by_side)
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     start_s: float = 0.0
@@ -124,7 +125,7 @@ class Service:
                 "MNEMO_DATA_DIR": str(self.data_dir),
                 "MNEMO_LOG_LEVEL": "WARNING",
                 "PYTHONPATH": os.pathsep.join(
-                    p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p
+                    p for p in (str(self.code), os.environ.get("PYTHONPATH")) if p
                 ),
             }
         )

@@ -637,6 +637,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="MNEMO_WORKER_PROCESS=false: the job worker inside the API process",
     )
+    parser.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="keep the embedded data directory (caught up): `bench.side_by_side` reads it",
+    )
     args = parser.parse_args(argv)
     preset = FULL if args.full else DEFAULTS
     for key, value in preset.items():
@@ -658,7 +663,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.in_process_worker:
         extra_env["MNEMO_WORKER_PROCESS"] = "false"
     with running_service(
-        database_url=args.database_url, extra_env=extra_env, workers=args.workers
+        database_url=args.database_url,
+        extra_env=extra_env,
+        workers=args.workers,
+        keep_data=args.keep_data,
     ) as service:
         cold = service.start_s
         print(f"service ready in {cold:.2f} s at {service.base_url}", file=sys.stderr)
