@@ -7,8 +7,6 @@ snapshot, one round trip) straight through asyncpg, the hottest path of the serv
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +21,6 @@ from app.compression.live_notes import (
     any_carrier,
     resolve,
     retire,
-    turn_units,
     with_notes,
     withdrawn,
     withdraws,
@@ -58,9 +55,6 @@ FIRST_PAGE = 64
 RECENT_FETCH_LIMIT = 400
 # Packings at most to add what left-out live turns say (each can leave more out).
 LIVE_NOTE_ROUNDS = 3
-# The longest the first read of a session holds the event loop reading its unindexed
-# live user turns before the other requests get a turn (a typical read's own CPU).
-READ_SLICE_S = 0.001
 
 
 def _message(t: dict[str, Any]) -> dict[str, Any]:
@@ -115,22 +109,6 @@ async def _live_turns(
         )
     turns += [LiveTurn(t["seq"], "user", t["content"], t["units"]) for t in older]
     return turns
-
-
-async def _read_unindexed(live: list[LiveTurn]) -> None:
-    """Reads what the live user turns not indexed yet state (``turn_units``, memoised
-    per process), a slice of at most about ``READ_SLICE_S`` at a time. The first read of
-    a session loaded in bulk, before the worker indexed it, reads 25 and more such turns
-    from their text at ~0.5 ms each: in one go it held the event loop for 15-20 ms, and
-    every other request waited behind it. The later uses of the units (``any_carrier``,
-    the live notes) find them read; what the read returns is unchanged."""
-    began = time.perf_counter()
-    for turn in live:
-        if turn.units is None and turn.role == "user" and turn.content:
-            turn_units(turn.content)
-            if time.perf_counter() - began >= READ_SLICE_S:
-                await asyncio.sleep(0)  # the other requests' turn
-                began = time.perf_counter()
 
 
 def _as_of_live_turns(
@@ -371,7 +349,6 @@ async def context_on(
     live = await _live_turns(
         db, rows, head["older_user_turns"], tenant=tenant, session_pk=head["id"]
     )
-    await _read_unindexed(live)
     carrier = any_carrier(live)
     gone = await _withdrawn(db, head, live, tenant=tenant) if carrier else []
     renderings = _as_of_live_turns(
