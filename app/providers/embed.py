@@ -28,6 +28,7 @@ import orjson
 
 from app.memories.lexical import lexical_terms, normalize
 from app.memories.vectors import l2_normalize
+from app.providers.http11 import Answer, OutboundClient
 
 EMBEDDER_KINDS = ("use", "openai", "hash")
 _BODY_SNIPPET = 200
@@ -275,6 +276,18 @@ class OpenAIEmbedder:
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        # Over the service's own outbound client, the request's bytes are written here
+        # and sent through its transport (``_post``; 0.1-0.3 ms of CPU a query less than
+        # through httpx's request and response objects): the headers above and the Host,
+        # with the body uncompressed (identity: what ``_parse`` reads), and without
+        # httpx's Accept and User-Agent.
+        self._keepalive = http.keepalive if isinstance(http, OutboundClient) else None
+        self._target = httpx.URL(self._url)
+        self._head = [
+            (b"Host", self._target.netloc),
+            (b"Accept-Encoding", b"identity"),
+            *((name.encode(), value.encode()) for name, value in self._headers.items()),
+        ]
         self._model = model
         self._batch_size = batch_size
         self._timeout_s = timeout_s
@@ -317,20 +330,27 @@ class OpenAIEmbedder:
             raise EmbeddingBadResponse(f"embedding endpoint answered HTTP {status}: {snippet}")
         return self._parse(response, expected=len(batch))
 
-    async def _post(self, body: dict[str, Any]) -> httpx.Response:
+    async def _post(self, body: dict[str, Any]) -> httpx.Response | Answer:
+        content = orjson.dumps(body)
         try:
+            if self._keepalive is not None:
+                return await self._keepalive.exchange(
+                    "POST",
+                    self._target,
+                    [*self._head, (b"Content-Length", b"%d" % len(content))],
+                    content,
+                    connect=self._timeout_s,
+                    read=self._timeout_s,
+                )
             return await self._http.post(
-                self._url,
-                content=orjson.dumps(body),
-                headers=self._headers,
-                timeout=self._timeout_s,
+                self._url, content=content, headers=self._headers, timeout=self._timeout_s
             )
         except httpx.TimeoutException as exc:
             raise EmbeddingUnavailable(f"embedding request timed out: {exc!r}") from exc
         except httpx.TransportError as exc:
             raise EmbeddingUnavailable(f"embedding endpoint unreachable: {exc!r}") from exc
 
-    def _parse(self, response: httpx.Response, *, expected: int) -> list[list[float]]:
+    def _parse(self, response: httpx.Response | Answer, *, expected: int) -> list[list[float]]:
         try:
             data = orjson.loads(response.content)["data"]
             rows = sorted(data, key=lambda row: row["index"])

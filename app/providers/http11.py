@@ -25,6 +25,8 @@ import ssl
 import time
 import urllib.request
 from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httptools
@@ -109,6 +111,20 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A response read whole (``KeepAliveTransport.exchange``): what a caller of
+    ``httpx.Response`` reads of one, without building one."""
+
+    status_code: int
+    headers: list[tuple[bytes, bytes]]
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+
 class KeepAliveTransport(httpx.AsyncBaseTransport):
     def __init__(
         self,
@@ -128,16 +144,44 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
             if self._fallback is None:
                 self._fallback = httpx.AsyncHTTPTransport()
             return await self._fallback.handle_async_request(request)
-        url = request.url
-        origin = (url.scheme, url.host, url.port or _PORTS.get(url.scheme, 80))
         timeouts: dict[str, Any] = request.extensions.get("timeout", {})
+        answer = await self.exchange(
+            request.method,
+            request.url,
+            request.headers.raw,
+            request.content,
+            connect=timeouts.get("connect"),
+            read=timeouts.get("read"),
+        )
+        return httpx.Response(
+            answer.status_code,
+            headers=answer.headers,
+            stream=httpx.ByteStream(answer.content),
+            extensions={"http_version": b"HTTP/1.1"},
+        )
+
+    async def exchange(
+        self,
+        method: str,
+        url: httpx.URL,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+        *,
+        connect: float | None,
+        read: float | None,
+    ) -> Answer:
+        """One request, written as given (``headers`` must frame ``body``: its
+        Content-Length, and the Host), on a kept-alive connection of ``url``'s origin;
+        its response read whole. For a caller that builds its own request bytes:
+        ``httpx.AsyncClient``'s request and response objects cost about as much CPU as
+        this whole exchange."""
+        origin = (url.scheme, url.host, url.port or _PORTS.get(url.scheme, 80))
         idle = self._idle.setdefault(origin, deque())
-        conn = self._take(idle) or await self._connect(origin, within=timeouts.get("connect"))
-        head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode("ascii"), url.raw_path)]
-        head.extend(b"%s: %s\r\n" % pair for pair in request.headers.raw)
+        conn = self._take(idle) or await self._connect(origin, within=connect)
+        head = [b"%s %s HTTP/1.1\r\n" % (method.encode("ascii"), url.raw_path)]
+        head.extend(b"%s: %s\r\n" % pair for pair in headers)
         head.append(b"\r\n")
-        answer = conn.expect()
-        read = timeouts.get("read")
+        answered = conn.expect()
         timer = None
         if read is not None:
             timer = asyncio.get_running_loop().call_later(
@@ -145,22 +189,17 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
             )
         try:
             assert conn.transport is not None
-            conn.transport.write(b"".join(head) + request.content)
-            await answer
+            conn.transport.write(b"".join(head) + body)
+            await answered
         except BaseException:
             conn.close()  # cancelled, timed out, or broken: its state is unknown
             raise
         finally:
             if timer is not None:
                 timer.cancel()
-        response = httpx.Response(
-            conn.status,
-            headers=conn.headers,
-            stream=httpx.ByteStream(b"".join(conn.body)),
-            extensions={"http_version": b"HTTP/1.1"},
-        )
+        answer = Answer(conn.status, conn.headers, b"".join(conn.body))
         self._give_back(idle, conn)
-        return response
+        return answer
 
     def _take(self, idle: deque[_Connection]) -> _Connection | None:
         """The most recently used idle connection still open and not expired."""
@@ -206,10 +245,20 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
             await self._fallback.aclose()
 
 
+class OutboundClient(httpx.AsyncClient):
+    """An ``httpx.AsyncClient`` over a ``KeepAliveTransport``, which it keeps at hand
+    (``keepalive``) for a caller that sends its own request bytes (the embedder's query
+    posts: ``exchange``)."""
+
+    def __init__(self) -> None:
+        self.keepalive = KeepAliveTransport()
+        super().__init__(transport=self.keepalive)
+
+
 def outbound_client(transport: str = "keepalive") -> httpx.AsyncClient:
     """The client for the service's outbound calls: ``KeepAliveTransport``, unless
     ``transport`` is "httpx" (``MNEMO_OUTBOUND_HTTP``) or the environment names a proxy
     (httpx's own transport speaks to it)."""
     if transport == "httpx" or urllib.request.getproxies():  # what httpx reads for proxies
         return httpx.AsyncClient()
-    return httpx.AsyncClient(transport=KeepAliveTransport())
+    return OutboundClient()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import re
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -14,8 +15,8 @@ import httpx
 import orjson
 import pytest
 
-from app.providers.embed import EmbeddingUnavailable, OpenAIEmbedder
-from app.providers.http11 import KeepAliveTransport, outbound_client
+from app.providers.embed import EmbeddingBadResponse, EmbeddingUnavailable, OpenAIEmbedder
+from app.providers.http11 import KeepAliveTransport, OutboundClient, outbound_client
 
 Answer = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]  # True: keep the connection
 
@@ -224,6 +225,67 @@ async def test_the_embedder_over_it_reads_its_vectors_on_one_connection() -> Non
     assert b"content-type: application/json" in head
     assert b"authorization: bearer k" in head
     assert orjson.loads(server.requests[0].split(b"\r\n\r\n", 1)[1])["input"] == ["one"]
+
+
+def vectors_body(request: bytes, vector: list[float]) -> bytes:
+    asked = orjson.loads(request)
+    data = [
+        {
+            "index": i,
+            "embedding": base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode(),
+        }
+        for i, _ in enumerate(asked["input"])
+    ]
+    return orjson.dumps({"data": data})
+
+
+async def test_the_embedder_over_the_outbound_client_writes_its_own_request() -> None:
+    """Over ``outbound_client()`` the embedder writes its request itself (not through
+    httpx's objects): one head, the same vectors as through httpx's own transport, and
+    its failures are the same ``EmbeddingError``s."""
+    vector = [0.6, 0.8] + [0.0] * 6
+    statuses = iter([200, 200, 503, 400, 200])
+
+    async def embeddings(body: bytes, writer: asyncio.StreamWriter) -> bool:
+        status = next(statuses)
+        if status != 200:
+            message = b'{"error": "no"}'
+            writer.write(
+                b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(message), message)
+            )
+            return True
+        return await fixed(vectors_body(body, vector))(body, writer)
+
+    async with Server(embeddings) as server, outbound_client() as client:
+        assert isinstance(client, OutboundClient)
+        embedder = OpenAIEmbedder(
+            client, base_url=f"{server.url}/v1", api_key="k", model="m", dim=8, query_cache=0
+        )
+        async with httpx.AsyncClient() as plain:
+            via_httpx = OpenAIEmbedder(
+                plain, base_url=f"{server.url}/v1", api_key="k", model="m", dim=8, query_cache=0
+            )
+            assert await embedder.embed(["one"]) == await via_httpx.embed(["one"])
+        with pytest.raises(EmbeddingUnavailable, match="HTTP 503"):
+            await embedder.embed(["two"])
+        with pytest.raises(EmbeddingBadResponse, match=re.escape('HTTP 400: {"error": "no"}')):
+            await embedder.embed(["three"])
+        [got] = await embedder.embed(["four"])
+        assert got == pytest.approx(vector)
+    port = server.port
+    head, body = server.requests[0].split(b"\r\n\r\n", 1)
+    assert head.split(b"\r\n") == [
+        b"POST /v1/embeddings HTTP/1.1",
+        b"Host: 127.0.0.1:%d" % port,
+        b"Accept-Encoding: identity",
+        b"Content-Type: application/json",
+        b"Authorization: Bearer k",
+        b"Content-Length: %d" % len(body),
+    ]
+    assert orjson.loads(body)["input"] == ["one"]
+    # the two clients' bodies alike; the outbound client's requests on one connection
+    assert server.requests[1].split(b"\r\n\r\n", 1)[1] == body
+    assert server.connections == 2
 
 
 async def test_the_embedder_over_it_reports_an_unreachable_endpoint() -> None:
