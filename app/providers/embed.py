@@ -133,10 +133,27 @@ class QueryCache:
         def landed(done: asyncio.Future[list[float]]) -> None:
             del self._flying[text]
             if not done.cancelled() and done.exception() is None:
-                self.put(text, done.result())
+                self.put(text, list(done.result()))  # kept apart from the list handed out
 
         flying.add_done_callback(landed)
         return flying
+
+
+def vector_soon(
+    cache: QueryCache, text: str, embed: Callable[[list[str]], Awaitable[list[list[float]]]]
+) -> asyncio.Future[list[float]]:
+    """The vector of ``text`` (the caller's to read, not to change: the other callers
+    waiting for the same embedding get the same list): at once when ``cache`` keeps it,
+    otherwise the embedding under way in ``cache``, started now if none is (its task's
+    first step then runs on the event loop's next turn, before anything the caller
+    starts after this call). Shielded: a caller that gives up (cancels it) leaves the
+    embedding to the others."""
+    hit = cache.get(text)
+    if hit is None:
+        return asyncio.shield(cache.flight(text, embed))
+    done: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
+    done.set_result(list(hit))
+    return done
 
 
 async def embed_cached(
@@ -148,11 +165,7 @@ async def embed_cached(
     (or being embedded: then that embedding's vector, when it lands)."""
     if len(texts) != 1:
         return await embed(list(texts))
-    hit = cache.get(texts[0])
-    if hit is not None:
-        return [list(hit)]
-    # Shielded: a caller that gives up (cancelled) leaves the embedding to the others.
-    return [list(await asyncio.shield(cache.flight(texts[0], embed)))]
+    return [list(await vector_soon(cache, texts[0], embed))]
 
 
 # --------------------------------------------------------------------------- USE
@@ -245,6 +258,10 @@ class USEEmbedder:
             return []
         return await embed_cached(self._queries, texts, self._embed_in_thread)
 
+    def embed_soon(self, text: str) -> asyncio.Future[list[float]]:
+        """``embed([text])``'s vector, started now (``vector_soon``)."""
+        return vector_soon(self._queries, text, self._embed_in_thread)
+
     async def _embed_in_thread(self, texts: list[str]) -> list[list[float]]:
         return await asyncio.to_thread(self.embed_sync, texts)
 
@@ -298,6 +315,12 @@ class OpenAIEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return await embed_cached(self._queries, texts, self._embed_batches)
+
+    def embed_soon(self, text: str) -> asyncio.Future[list[float]]:
+        """``embed([text])``'s vector, started now (``vector_soon``): its request is
+        written on the event loop's next turn, before the statements a caller sends
+        after this call."""
+        return vector_soon(self._queries, text, self._embed_batches)
 
     async def _embed_batches(self, texts: list[str]) -> list[list[float]]:
         out: list[list[float]] = []
@@ -424,6 +447,10 @@ class HashEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return await embed_cached(self._queries, texts, self._embed_all)
+
+    def embed_soon(self, text: str) -> asyncio.Future[list[float]]:
+        """``embed([text])``'s vector, started now (``vector_soon``)."""
+        return vector_soon(self._queries, text, self._embed_all)
 
     async def _embed_all(self, texts: list[str]) -> list[list[float]]:
         return [self.embed_one(t) for t in texts]

@@ -84,33 +84,47 @@ async def add_memory(
     return Added(added.memory, created=added.created)
 
 
-def embed_query(embedder: Embedder, query: str) -> asyncio.Future[list[list[float]]]:
-    """The embedding of ``query``, started now: it runs (in the embedder's thread, or
-    over HTTP) while the caller's round trips to Postgres do."""
-    return asyncio.ensure_future(embedder.embed([query]))
+def embed_query(embedder: Embedder, query: str) -> asyncio.Future[list[float]]:
+    """The vector of ``query``, its embedding started now: it runs (in the embedder's
+    thread, or over HTTP) while the caller's round trips to Postgres do. An embedder
+    that starts one text at once (``embed_soon``: ours) is asked so, without a task
+    of its own around it."""
+    soon = getattr(embedder, "embed_soon", None)
+    if soon is not None:
+        return cast(asyncio.Future[list[float]], soon(query))
+    return asyncio.ensure_future(_vector_of(embedder, query))
 
 
-async def embed_beside(embedder: Embedder, query: str) -> asyncio.Future[list[list[float]]]:
+async def _vector_of(embedder: Embedder, query: str) -> list[float]:
+    [vector] = await embedder.embed([query])
+    return vector
+
+
+async def embed_beside(embedder: Embedder, query: str) -> asyncio.Future[list[float]]:
     """The embedding of ``query`` for a caller whose first statement has been handed to
     the event loop to send. An embedder computing in this process runs its forward
     pass here, after that statement has gone out, while Postgres answers it (one of two
     cores each); any other (an HTTP service), or one that would wait, is started as
     ``embed_query``."""
-    # Not isinstance(embedder, LocalEmbedder): a runtime-checkable protocol's check
-    # looks up each of its members, 15-40 µs a search.
-    if hasattr(embedder, "embed_here"):
+    if _computes_here(embedder):
         embedder = cast(LocalEmbedder, embedder)
         await asyncio.sleep(0)  # the statement's task runs first: it is sent
-        done: asyncio.Future[list[list[float]]] = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
         try:
             vector = embedder.embed_here(query)
         except Exception as exc:  # delivered where the vector is awaited, as embed's
             done.set_exception(exc)
             return done
         if vector is not None:
-            done.set_result([vector])
+            done.set_result(vector)
             return done
     return embed_query(embedder, query)
+
+
+def _computes_here(embedder: Embedder) -> bool:
+    # Not isinstance(embedder, LocalEmbedder): a runtime-checkable protocol's check
+    # looks up each of its members, 15-40 µs a search.
+    return hasattr(embedder, "embed_here")
 
 
 def _settle(embedding: asyncio.Future[Any]) -> None:
@@ -143,6 +157,11 @@ async def search_memories(
     # every statement of the search reads through the driver
     db = conn if isinstance(conn, asyncpg.Connection) else await driver_connection(conn)
     terms = search_terms(query)
+    # An embedding service's request goes out before the first statement: it is the
+    # longer of the two legs (the first statement is answered under it).
+    embedding: asyncio.Future[list[float]] | None = None
+    if embedder is not None and not _computes_here(embedder):
+        embedding = embed_query(embedder, query)
     first = asyncio.ensure_future(
         repo.lexical_ranking_for_user(
             db,
@@ -153,9 +172,8 @@ async def search_memories(
             kind=kind,
         )
     )
-    embedding: asyncio.Future[list[list[float]]] | None = None
     try:
-        if embedder is not None:
+        if embedder is not None and embedding is None:
             embedding = await embed_beside(embedder, query)
         found = await first
     except BaseException:
@@ -189,7 +207,7 @@ async def hybrid_search(
     kind: str | None = None,
     embedder: Embedder | None = None,
     query_vector: list[float] | None = None,
-    embedding: asyncio.Future[list[list[float]]] | None = None,
+    embedding: asyncio.Future[list[float]] | None = None,
     lexical: repo.Ranking | None = None,
     terms: list[str] | None = None,
 ) -> list[MemoryRow]:
@@ -232,7 +250,7 @@ async def hybrid_search(
         if first is not None:
             ranked = await first
         if embedding is not None:
-            query_vector = (await embedding)[0]
+            query_vector = await embedding
     except BaseException:
         if first is not None:
             _settle(first)  # cancelled with the search, as an awaited statement would be
