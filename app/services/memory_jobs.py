@@ -59,6 +59,14 @@ class MemoryDeps:
     embedder: Embedder
 
 
+async def flip_heavy(ctx: JobContext, user_pks: Sequence[int]) -> None:
+    """After a job wrote memories of ``user_pks``: the rows of those now heavy move
+    into the HNSW index (``repo.FLIP_HEAVY``), in a transaction of their own, so that
+    the job's write never waits for a heavy user's first move."""
+    async with ctx.engine.begin() as conn:
+        await repo.flip_heavy(conn, tenant=ctx.job.tenant_id, user_pks=user_pks)
+
+
 # ---------------------------------------------------------------- embed_memories
 
 
@@ -74,7 +82,7 @@ async def embed_memories(ctx: JobContext, deps: MemoryDeps) -> None:
                 conn, tenant=tenant, user_pks=users, batch=EMBED_BATCH
             )
         if not pending:
-            return
+            break
         vectors = await deps.embedder.embed([t for _, t in pending])
 
         async def apply(
@@ -93,9 +101,10 @@ async def embed_memories(ctx: JobContext, deps: MemoryDeps) -> None:
 
         if len(pending) < EMBED_BATCH:
             await ctx.commit(apply)
-            return
+            break
         async with ctx.engine.begin() as conn:  # more to come: commit this batch alone
             await apply(conn)
+    await flip_heavy(ctx, users)
 
 
 # ---------------------------------------------------------------- index_session
@@ -265,6 +274,7 @@ async def index_session(ctx: JobContext, deps: MemoryDeps) -> None:
     vectors = dict(zip(texts, await deps.embedder.embed(texts), strict=True))
     for claimed, run in runs:
         await ctx.commit(partial(_apply_index, run=run, vectors=vectors, deps=deps), of=claimed)
+    await flip_heavy(ctx, [run.head.user_id for _, run in runs])
 
 
 async def _apply_index(
@@ -415,6 +425,7 @@ async def promote(ctx: JobContext, deps: MemoryDeps) -> None:
         await sessions.set_promoted(conn, session_pk=ctx.job.session_id, seq=through)
 
     await ctx.commit(apply)
+    await flip_heavy(ctx, [head.user_id])
 
 
 # ---------------------------------------------------------------- sweep

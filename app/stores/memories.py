@@ -8,6 +8,12 @@ than EXACT_SCAN_MAX rows, from HNSW with pgvector 0.8's iterative scan, which
 keeps scanning until the filter has passed k rows, topped up exactly if short.
 Either way a search returns min(k, rows of that user) results.
 
+The HNSW index holds only heavy users' rows (``memories.ann``, a partial index): a row
+is written into it when its user has rows there already, and a user's rows are moved
+into it once, by the worker, when the user passes EXACT_SCAN_MAX (FLIP_HEAVY). Every
+other vector written costs no graph insert. A heavy user's search ranks its rows
+outside the index exactly (VECTOR_HNSW), so it never depends on the move being done.
+
 The exact scan ranks a user's vectors from their half-precision copies in
 ``memory_vectors`` (narrow rows: a third of the pages), then re-ranks the best by
 the full vectors. The reads of the /context path (the two search legs, the turns)
@@ -199,19 +205,28 @@ VECTOR_COPY = f"""
 """
 
 
+# heavy_user: whether a user's new vectors go into the HNSW index: the user has rows
+# there already (``memories_user_ann_idx``: one probe). A row written while its user's
+# rows are being moved (FLIP_HEAVY) is written outside the index; the heavy search
+# ranks it exactly, and the user's next flip moves it.
+def heavy_user(user_pk: str) -> str:
+    return f"EXISTS (SELECT 1 FROM memories h WHERE h.user_id = {user_pk} AND h.ann)"
+
+
 # insert_memory: the one way a memory is written (curated, promoted or indexed), with
 # its postings; an indexed episode or turn comes with its vector and session position.
 INSERT_MEMORY = text(f"""
     WITH m AS (
         INSERT INTO memories (tenant_id, user_id, kind, text, text_key, pinned, source, metadata,
                               session_id, ttl_days, expires_at, embedding,
-                              embedding_model, embedding_dim, turn_seq)
+                              embedding_model, embedding_dim, turn_seq, ann)
         VALUES (:tenant, :user_pk, :kind, :text, :text_key, CAST(:pinned AS boolean),
                 :source, :metadata, :session_pk,
                 CAST(:ttl_days AS integer),
                 CASE WHEN CAST(:pinned AS boolean) OR CAST(:ttl_days AS integer) IS NULL THEN NULL
                      ELSE now() + make_interval(days => CAST(:ttl_days AS integer)) END,
-                :embedding, :model, CAST(:dim AS integer), CAST(:turn_seq AS integer))
+                :embedding, :model, CAST(:dim AS integer), CAST(:turn_seq AS integer),
+                {heavy_user("CAST(:user_pk AS bigint)")})
         RETURNING id, user_id, kind, embedding),
     p AS ({POSTINGS}),
     v AS ({VECTOR_COPY})
@@ -241,11 +256,11 @@ INSERT_INDEXED = text(f"""
     m AS (
         INSERT INTO memories (id, tenant_id, user_id, kind, text, text_key, pinned, source,
                               metadata, session_id, ttl_days, expires_at, embedding,
-                              embedding_model, embedding_dim, turn_seq)
+                              embedding_model, embedding_dim, turn_seq, ann)
         SELECT r.id, :tenant, r.user_id, 'episode', r.text, r.text_key, false, r.source,
                r.metadata, r.session_id, CAST(:ttl_days AS integer),
                now() + make_interval(days => CAST(:ttl_days AS integer)), r.embedding,
-               :model, CAST(:dim AS integer), r.turn_seq
+               :model, CAST(:dim AS integer), r.turn_seq, {heavy_user("r.user_id")}
         FROM r ORDER BY r.ord
         RETURNING id, user_id, kind, embedding),
     p AS (
@@ -474,18 +489,29 @@ async def _routed_statement(db: asyncpg.Connection) -> str:
     return VECTOR_ROUTED if looked[1] else VECTOR_ROUTED_YOUNG
 
 
-# vector_hnsw: approximate, filtered inside the index scan (pgvector iterative scan).
-# "user_id + 0" keeps the planner off the btree (an exact scan of a heavy user), and
-# holds under the generic plans asyncpg's prepared statements get after five runs.
-VECTOR_HNSW = f"""
-    SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score
-    FROM memories m
-    WHERE m.user_id + 0 = $1 AND m.superseded_by IS NULL AND m.embedding IS NOT NULL
-      AND m.embedding_model = $3
+# vector_hnsw: a heavy user's k nearest, in two legs merged by distance: the user's
+# rows in the HNSW index, approximate, filtered inside the index scan (pgvector
+# iterative scan; "m.ann" lets the planner use the partial index, "user_id + 0" keeps
+# it off the btree, an exact scan of a heavy user, and both hold under the generic
+# plans asyncpg's prepared statements get after five runs), and the user's rows outside
+# the index, ranked exactly (through ``memories_user_ann_idx``: none, or the few written
+# in a race with the user's flip, or all of them before it).
+_LIVE = """m.superseded_by IS NULL AND m.embedding IS NOT NULL AND m.embedding_model = $3
       AND (CAST($4 AS text) IS NULL OR m.kind = $4)
-      AND (m.expires_at IS NULL OR m.expires_at > now())
-    ORDER BY m.embedding <=> $2
-    LIMIT $5
+      AND (m.expires_at IS NULL OR m.expires_at > now())"""
+VECTOR_HNSW = f"""
+    SELECT * FROM (
+        (SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score
+         FROM memories m
+         WHERE m.ann AND m.user_id + 0 = $1 AND {_LIVE}
+         ORDER BY m.embedding <=> $2
+         LIMIT $5)
+        UNION ALL
+        (SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score
+         FROM memories m
+         WHERE NOT m.ann AND m.user_id = $1 AND {_LIVE}
+         ORDER BY (m.embedding <=> $2) + 0
+         LIMIT $5)) AS legs
 """
 
 # hnsw_settings: the iterative scan for this transaction ($1 ef_search, $2 max scan
@@ -611,14 +637,15 @@ PENDING_EMBEDDINGS = text("""
 
 # set_embeddings: the vectors of many memories of one tenant in one statement (with
 # their half-precision copies). A memory another worker embedded meanwhile keeps its
-# vector: each memory is embedded once.
+# vector: each memory is embedded once. A heavy user's memory goes into the HNSW index.
 SET_EMBEDDINGS = text(f"""
     WITH v AS (
         SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:embeddings AS vector[]))
             AS v(id, embedding)),
     m AS (
         UPDATE memories SET embedding = v.embedding, embedding_model = :model,
-                            embedding_dim = :dim
+                            embedding_dim = :dim,
+                            ann = memories.ann OR {heavy_user("memories.user_id")}
         FROM v
         WHERE memories.id = v.id AND memories.tenant_id = :tenant AND memories.embedding IS NULL
         RETURNING memories.id, memories.user_id, memories.kind, memories.embedding)
@@ -628,10 +655,37 @@ SET_EMBEDDINGS = text(f"""
 SET_EMBEDDING = text(f"""
     WITH m AS (
         UPDATE memories SET embedding = :embedding, embedding_model = :model,
-                            embedding_dim = :dim
+                            embedding_dim = :dim,
+                            ann = memories.ann OR {heavy_user("memories.user_id")}
         WHERE id = :id
         RETURNING id, user_id, kind, embedding)
     {VECTOR_COPY}
+""")
+
+# flip_heavy: the rows of some users of one tenant move into the HNSW index: all of a
+# user's rows when the user has more than :heavy_at live memories (a bounded count)
+# and none there yet, once; later, the few a heavy user's writes left outside (written
+# in a race with the move, or skipped by it). A row another transaction holds is
+# skipped (SKIP LOCKED: a move never waits, and never deadlocks with a write); the
+# user's next move takes it. The search never depends on it (VECTOR_HNSW).
+FLIP_HEAVY = text("""
+    WITH u AS (
+        SELECT DISTINCT id FROM unnest(CAST(:user_pks AS bigint[])) AS u(id)),
+    heavy AS (
+        SELECT u.id FROM u
+        WHERE EXISTS (SELECT 1 FROM memories WHERE user_id = u.id AND NOT ann)
+          AND (EXISTS (SELECT 1 FROM memories WHERE user_id = u.id AND ann)
+               OR (SELECT count(*) FROM (
+                       SELECT 1 FROM memories WHERE user_id = u.id AND superseded_by IS NULL
+                       LIMIT CAST(:heavy_at AS integer) + 1) AS bounded)
+                  > CAST(:heavy_at AS integer))),
+    moved AS (
+        UPDATE memories SET ann = true
+        WHERE id IN (SELECT m.id FROM memories m JOIN heavy ON m.user_id = heavy.id
+                     WHERE m.tenant_id = :tenant AND NOT m.ann
+                     FOR NO KEY UPDATE OF m SKIP LOCKED)
+        RETURNING id)
+    SELECT count(*) FROM moved
 """)
 
 STORED_MODELS = text("""
@@ -803,7 +857,7 @@ async def vector_ranking(
         await db.execute(SEQSCAN_BACK_ON)
     if len(rows) < min(k, count):
         rows = await db.fetch(VECTOR_EXACT, *args)  # never silently short
-    return Ranking(sorted(rows, key=lambda r: -float(r["score"])))
+    return Ranking(sorted(rows, key=lambda r: -float(r["score"]))[:k])
 
 
 async def lexical_search(
@@ -922,6 +976,13 @@ async def set_embedding(
             "dim": len(embedding),
         },
     )
+
+
+async def flip_heavy(conn: AsyncConnection, *, tenant: str, user_pks: Sequence[int]) -> int:
+    """Move into the HNSW index the rows of those of ``user_pks`` (one tenant's users)
+    that are heavy now (``FLIP_HEAVY``); returns how many rows moved."""
+    params = {"tenant": tenant, "user_pks": sorted(set(user_pks)), "heavy_at": EXACT_SCAN_MAX}
+    return int((await conn.execute(FLIP_HEAVY, params)).scalar_one())
 
 
 async def stored_models(conn: AsyncConnection, *, tenant: str) -> list[tuple[str, int]]:

@@ -320,6 +320,9 @@ memories = Table(
     Column("embedding_dim", Integer),
     # The seq of a single-turn memory (an index row of one turn of its session).
     Column("turn_seq", Integer),
+    # In the HNSW index: a row of a user with more than EXACT_SCAN_MAX live memories,
+    # the only users searched through it (stores/memories.FLIP_HEAVY, migration 0012).
+    Column("ann", Boolean, nullable=False, server_default="false"),
     CheckConstraint(
         "kind IN ('preference', 'profile', 'rule', 'high_stakes', 'episode', 'fact')",
         name="memories_kind_check",
@@ -336,11 +339,15 @@ memories = Table(
         "text_key",
         postgresql_where=text("superseded_by IS NULL"),
     ),
+    # Whether a user is heavy already (has ``ann`` rows), and a heavy user's rows the
+    # search ranks exactly (``NOT ann``).
+    Index("memories_user_ann_idx", "user_id", "ann"),
     Index(
         "memories_embedding_hnsw_idx",
         "embedding",
         postgresql_using="hnsw",
         postgresql_ops={"embedding": "vector_cosine_ops"},
+        postgresql_where=text("ann"),
     ),
     Index("memories_expiry_idx", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
     Index("memories_session_idx", "session_id", postgresql_where=text("session_id IS NOT NULL")),
