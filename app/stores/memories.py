@@ -495,7 +495,10 @@ async def _routed_statement(db: asyncpg.Connection) -> str:
 # it off the btree, an exact scan of a heavy user, and both hold under the generic
 # plans asyncpg's prepared statements get after five runs), and the user's rows outside
 # the index, ranked exactly (through ``memories_user_ann_idx``: none, or the few written
-# in a race with the user's flip, or all of them before it).
+# in a race with the user's flip, or all of them before it). Before the flip the index
+# leg is not run at all (its one-time test, ``heavy_user``): an iterative scan for a
+# user with no row in the index reads up to HNSW_MAX_SCAN_TUPLES of other users' rows
+# (200-300 ms in ``bench.memory``) to find none.
 _LIVE = """m.superseded_by IS NULL AND m.embedding IS NOT NULL AND m.embedding_model = $3
       AND (CAST($4 AS text) IS NULL OR m.kind = $4)
       AND (m.expires_at IS NULL OR m.expires_at > now())"""
@@ -503,7 +506,7 @@ VECTOR_HNSW = f"""
     SELECT * FROM (
         (SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score
          FROM memories m
-         WHERE m.ann AND m.user_id + 0 = $1 AND {_LIVE}
+         WHERE m.ann AND m.user_id + 0 = $1 AND {_LIVE} AND {heavy_user("$1")}
          ORDER BY m.embedding <=> $2
          LIMIT $5)
         UNION ALL

@@ -133,6 +133,8 @@ async def plan_of(conn: AsyncConnection, args: tuple[Any, ...], *, generic: bool
     await conn.execute(text("SET LOCAL enable_sort = off"))
     db = await driver_connection(conn)
     await db.execute(repo.HNSW_SETTINGS, str(repo.HNSW_EF_SEARCH), str(repo.HNSW_MAX_SCAN_TUPLES))
+    if not args:
+        return ""
     return "\n".join(r[0] for r in await db.fetch("EXPLAIN " + repo.VECTOR_HNSW, *args))
 
 
@@ -157,6 +159,37 @@ async def test_the_heavy_search_reads_the_partial_index_and_the_rows_outside_it_
         assert "Index Scan using memories_embedding_hnsw_idx" in index_leg, plan
         assert "memories_user_ann_idx" in exact_leg, plan
         assert "Seq Scan" not in plan, plan
+
+
+async def test_the_index_leg_is_not_run_for_a_user_with_no_row_in_the_index(
+    engine: AsyncEngine,
+) -> None:
+    """Before a heavy user's move, the index leg is skipped, not run to the end of its
+    scan budget over other users' rows. Fails without the leg's one-time test."""
+    rng = random.Random(26)
+    async with engine.begin() as conn:
+        moved, waiting = [
+            await sessions.ensure_user(conn, tenant="default", user=u) for u in ("in", "out")
+        ]
+        await notes(conn, moved, rng, 40, None)
+        await repo.flip_heavy(conn, tenant="default", user_pks=[moved])
+        await notes(conn, waiting, rng, 40, None)
+    async with engine.begin() as conn:
+        await plan_of(conn, (), generic=False)  # the settings
+        db = await driver_connection(conn)
+        plan = "\n".join(
+            r[0]
+            for r in await db.fetch(
+                "EXPLAIN (ANALYZE, COSTS OFF) " + repo.VECTOR_HNSW,
+                waiting,
+                unit(rng),
+                MODEL,
+                None,
+                5,
+            )
+        )
+    index_scan = next(line for line in plan.splitlines() if "memories_embedding_hnsw_idx" in line)
+    assert "never executed" in index_scan, plan
 
 
 async def test_a_light_users_vectors_never_reach_the_hnsw_index(engine: AsyncEngine) -> None:
