@@ -100,7 +100,7 @@ CREATE_GLOBAL_HNSW = (
 CREATE_HNSW = str(
     CreateIndex(
         next(i for i in memories.indexes if i.name == "memories_embedding_hnsw_idx")
-    ).compile(dialect=postgresql.dialect())
+    ).compile(dialect=postgresql.dialect())  # type: ignore[no-untyped-call]
 )
 
 

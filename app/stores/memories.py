@@ -498,19 +498,23 @@ async def _routed_statement(db: asyncpg.Connection) -> str:
 # in a race with the user's flip, or all of them before it). Before the flip the index
 # leg is not run at all (its one-time test, ``heavy_user``): an iterative scan for a
 # user with no row in the index reads up to HNSW_MAX_SCAN_TUPLES of other users' rows
-# (200-300 ms in ``bench.memory``) to find none.
+# (184-556 ms in ``bench.memory``) to find none. Each row says which leg found it
+# (``in_index``) and whether the user has rows in the index (``indexed``): an index leg
+# short of k is topped up even when rows outside the index make up the count.
 _LIVE = """m.superseded_by IS NULL AND m.embedding IS NOT NULL AND m.embedding_model = $3
       AND (CAST($4 AS text) IS NULL OR m.kind = $4)
       AND (m.expires_at IS NULL OR m.expires_at > now())"""
 VECTOR_HNSW = f"""
     SELECT * FROM (
-        (SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score
+        (SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score, true AS in_index,
+                true AS indexed
          FROM memories m
          WHERE m.ann AND m.user_id + 0 = $1 AND {_LIVE} AND {heavy_user("$1")}
          ORDER BY m.embedding <=> $2
          LIMIT $5)
         UNION ALL
-        (SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score
+        (SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score, false,
+                {heavy_user("$1")}
          FROM memories m
          WHERE NOT m.ann AND m.user_id = $1 AND {_LIVE}
          ORDER BY (m.embedding <=> $2) + 0
@@ -858,7 +862,8 @@ async def vector_ranking(
         await db.execute(HNSW_SETTINGS, str(max(HNSW_EF_SEARCH, k)), str(HNSW_MAX_SCAN_TUPLES))
         rows = await db.fetch(VECTOR_HNSW, *args)
         await db.execute(SEQSCAN_BACK_ON)
-    if len(rows) < min(k, count):
+    in_index = sum(1 for r in rows if r["in_index"])
+    if len(rows) < min(k, count) or (rows and rows[0]["indexed"] and in_index < k):
         rows = await db.fetch(VECTOR_EXACT, *args)  # never silently short
     return Ranking(sorted(rows, key=lambda r: -float(r["score"]))[:k])
 

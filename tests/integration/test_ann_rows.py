@@ -192,6 +192,40 @@ async def test_the_index_leg_is_not_run_for_a_user_with_no_row_in_the_index(
     assert "never executed" in index_scan, plan
 
 
+async def test_an_index_leg_short_of_k_is_topped_up_when_rows_outside_fill_the_count(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index leg stops short (a scan budget of one tuple, spent on other users' rows
+    around the query) while more than k of the user's rows lie outside the index: the
+    search answers exactly all the same. Fails when only the rows' total is checked."""
+    monkeypatch.setattr(repo, "HNSW_EF_SEARCH", 1)
+    monkeypatch.setattr(repo, "HNSW_MAX_SCAN_TUPLES", 1)
+    rng = random.Random(27)
+    centre = unit(rng)
+    async with engine.begin() as conn:
+        heavy, *others = [
+            await sessions.ensure_user(conn, tenant="default", user=f"s{i}") for i in range(4)
+        ]
+        await notes(conn, heavy, rng, 40, None)
+        for other in others:
+            await notes(conn, other, rng, 40, centre)
+        await repo.flip_heavy(conn, tenant="default", user_pks=[heavy, *others])
+        stragglers = await notes(conn, heavy, rng, 12, None)
+        await conn.execute(
+            text("UPDATE memories SET ann = false WHERE id = ANY(:ids)"), {"ids": stragglers}
+        )
+        await conn.execute(text("ANALYZE memories"))
+    query = near(rng, centre, 1.0)
+    async with engine.begin() as conn:
+        await plan_of(conn, (), generic=False)  # the index leg through the index
+        db = await driver_connection(conn)
+        legs = await db.fetch(repo.VECTOR_HNSW, heavy, query, MODEL, None, 10)
+        found = await repo.vector_search(conn, user_pk=heavy, query=query, model=MODEL, k=10)
+        expected = await exact(conn, heavy, query, 10)
+    assert sum(r["in_index"] for r in legs) < 10 <= len(legs)  # the premise
+    assert [m.id for m in found] == [r["id"] for r in expected]
+
+
 async def test_a_light_users_vectors_never_reach_the_hnsw_index(engine: AsyncEngine) -> None:
     """Index pages before and after writing ordinary users' vectors (as added, embedded
     later, and indexed by the worker's statement): none added; a heavy user's move adds
