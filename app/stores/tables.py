@@ -321,7 +321,7 @@ memories = Table(
     # The seq of a single-turn memory (an index row of one turn of its session).
     Column("turn_seq", Integer),
     # In the HNSW index: a row of a user with more than EXACT_SCAN_MAX live memories,
-    # the only users searched through it (stores/memories.FLIP_HEAVY, migration 0012).
+    # the only users searched through it (stores/memories.FLIP_HEAVY, migration 0013).
     Column("ann", Boolean, nullable=False, server_default="false"),
     CheckConstraint(
         "kind IN ('preference', 'profile', 'rule', 'high_stakes', 'episode', 'fact')",

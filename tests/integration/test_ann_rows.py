@@ -1,4 +1,4 @@
-"""The HNSW index holds only heavy users' rows (``memories.ann``, migration 0012).
+"""The HNSW index holds only heavy users' rows (``memories.ann``, migration 0013).
 
 A user with more than EXACT_SCAN_MAX live memories is searched through the index; every
 other user exactly. So only a heavy user's vectors are worth the graph insert: a row is
@@ -229,7 +229,7 @@ async def test_an_index_leg_short_of_k_is_topped_up_when_rows_outside_fill_the_c
 async def test_a_light_users_vectors_never_reach_the_hnsw_index(engine: AsyncEngine) -> None:
     """Index pages before and after writing ordinary users' vectors (as added, embedded
     later, and indexed by the worker's statement): none added; a heavy user's move adds
-    them. Fails with the full index (migration 0011) or writes that mark every row."""
+    them. Fails with the full index (migration 0012) or writes that mark every row."""
     rng = random.Random(23)
     async with engine.connect() as conn:
         empty = (await conn.execute(HNSW_PAGES)).scalar_one()
@@ -346,7 +346,7 @@ async def migrate(engine: AsyncEngine, to: str) -> None:
 async def test_the_migration_marks_the_heavy_users_rows_and_the_downgrade_indexes_all(
     engine: AsyncEngine,
 ) -> None:
-    """From 0011 with data: a user past 5,000 live memories (the limit of the revision)
+    """From 0012 with data: a user past 5,000 live memories (the limit of the revision)
     has every row marked and searched through the partial index; another has none; the
     downgrade gives the full index back."""
     rng = random.Random(25)
@@ -364,7 +364,7 @@ async def test_the_migration_marks_the_heavy_users_rows_and_the_downgrade_indexe
                 ).scalar_one()
             )
 
-    await migrate(engine, "0011")
+    await migrate(engine, "0012")
     assert "WHERE" not in await index_definition()
     async with engine.begin() as conn:
         heavy = await sessions.ensure_user(conn, tenant="default", user="big")
@@ -406,7 +406,7 @@ async def test_the_migration_marks_the_heavy_users_rows_and_the_downgrade_indexe
     assert found[0].id == vectors[heavy][2]
     assert {m.id for m in found} <= set(vectors[heavy])
     assert "memories_embedding_hnsw_idx" in plan
-    await migrate(engine, "0011")
+    await migrate(engine, "0012")
     assert "WHERE" not in await index_definition()
     async with engine.connect() as conn:
         ann = text("SELECT attname FROM pg_attribute WHERE attrelid = 'memories'::regclass")

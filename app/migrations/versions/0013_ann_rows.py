@@ -16,8 +16,8 @@ was); the partial index is built from those rows alone. Building it and the b-tr
 holds writes to ``memories`` while they build. The downgrade builds the full index
 again.
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-02
 """
 
@@ -26,8 +26,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0012"
-down_revision = "0011"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
