@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api import openapi, problems
 from app.api.limits import BodyLimitMiddleware
-from app.api.middleware import ObservabilityMiddleware
+from app.api.middleware import ObservabilityMiddleware, ReplayLostReads
 from app.api.routes import compression, health, memories, misses, pop, sessions, tasks
 from app.api.tracing import TracingMiddleware
 from app.compression.audit import CompressionRecord
@@ -255,6 +255,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.trigger_policy = policy_from_settings(settings)  # built once, not per post
     app.state.head_revision = head_revision()
+    app.add_middleware(ReplayLostReads)  # innermost: a read that lost its connection
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics)
     app.add_middleware(TracingMiddleware)  # outermost: its span covers the whole request

@@ -10,6 +10,7 @@ import uuid
 from prometheus_client import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api import problems
 from app.core.logs import request_id
 from app.core.metrics import Metrics
 
@@ -81,3 +82,55 @@ class ObservabilityMiddleware:
                 },
             )
             request_id.reset(token)
+
+
+class ReplayLostReads:
+    """A read (GET, HEAD) whose database connection was lost while it ran (its backend
+    terminated by an operator or a failover, the server restarted under it) runs once
+    more, on a fresh connection, before its client sees a 503. A read writes nothing,
+    so a second run is safe. A write is never run again here: it may have committed
+    before its connection went, so its client gets the 503 with Retry-After and
+    decides (a message sent again with its id is stored once).
+
+    The first run's response is held back only when it is that 503 (the problem
+    handler marks it, ``problems.connection_lost``); any other goes out as it comes."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD"):
+            await self.app(scope, receive, send)
+            return
+        received: list[Message] = []
+        lost: list[BaseException] = []
+        held = False
+
+        async def recording() -> Message:
+            message = await receive()
+            received.append(message)
+            return message
+
+        async def holding(message: Message) -> None:
+            nonlocal held
+            if message["type"] == "http.response.start" and message["status"] == 503 and lost:
+                held = True
+            if not held:
+                await send(message)
+
+        state = dict(scope.get("state") or {})
+        token = problems.connection_lost.set(lost)
+        try:
+            await self.app(scope, recording, holding)
+        finally:
+            problems.connection_lost.reset(token)
+        if not held:
+            return
+        log.warning("a read lost its database connection (%s); running it again", lost[0])
+        replay = iter(received)
+
+        async def replayed() -> Message:
+            return next(replay, None) or await receive()
+
+        scope["state"] = state
+        await self.app(scope, replayed, send)

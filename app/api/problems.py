@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import asyncpg
@@ -94,16 +96,46 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def _is_db_unavailable(exc: BaseException | None) -> bool:
+# Errors that mean "a connection that worked is gone" (its backend terminated, the
+# server restarted under it): a fresh connection may well work at once. A connection
+# refused or not allowed yet (57P03, a refused socket) is not among them.
+LOST_IN_USE: tuple[type[BaseException], ...] = (
+    asyncpg.ConnectionDoesNotExistError,  # closed in the middle of a statement
+    asyncpg.InterfaceError,  # the connection is closed
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.IdleSessionTimeoutError,
+    ConnectionResetError,
+    BrokenPipeError,
+)
+
+# Set by a request that may run again (a read: ``ReplayLostReads``); the problem handler
+# marks it when the request failed for a connection lost in use.
+connection_lost: ContextVar[list[BaseException] | None] = ContextVar(
+    "connection_lost", default=None
+)
+
+
+def _causes(exc: BaseException | None) -> Iterator[BaseException]:
     seen = 0
     while exc is not None and seen < 8:  # the driver error may be a cause of a wrapper
-        if isinstance(exc, CONNECTION_ERRORS):
-            return True
-        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-            return True
+        yield exc
         exc = exc.__cause__ or exc.__context__ or getattr(exc, "orig", None)
         seen += 1
-    return False
+
+
+def _is_db_unavailable(exc: BaseException | None) -> bool:
+    return any(
+        isinstance(e, CONNECTION_ERRORS) or (isinstance(e, DBAPIError) and e.connection_invalidated)
+        for e in _causes(exc)
+    )
+
+
+def _is_lost_in_use(exc: BaseException) -> bool:
+    return any(
+        isinstance(e, LOST_IN_USE) or (isinstance(e, DBAPIError) and e.connection_invalidated)
+        for e in _causes(exc)
+    )
 
 
 def install(app: FastAPI) -> None:
@@ -193,6 +225,9 @@ def _allowed_methods(app: FastAPI, request: Request) -> str:
 
 
 def _database_problem(exc: BaseException) -> JSONResponse:
+    lost = connection_lost.get()
+    if lost is not None and _is_lost_in_use(exc):
+        lost.append(exc)
     if _is_db_unavailable(exc):
         log.warning("database unavailable: %s", exc)
         return problem(

@@ -18,6 +18,7 @@ import asyncpg
 from pgvector import Vector
 from sqlalchemy import TextClause, event
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util.concurrency import greenlet_spawn
 
@@ -115,6 +116,20 @@ def install_codecs(engine: AsyncEngine) -> None:
     event.listen(engine.sync_engine, "connect", _on_connect)
 
 
+def _refuse_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    # A backend that ended while its connection sat in the pool (pg_terminate_backend, a
+    # restart, an idle timeout) closed the socket, and the driver has seen it: a local
+    # flag, no round trip (unlike a pre-ping). The pool drops the connection and checks
+    # out another, so no request is handed a dead one.
+    if dbapi_connection.driver_connection.is_closed():
+        raise DisconnectionError("the server closed this connection")
+
+
+def refuse_closed_connections(engine: AsyncEngine) -> None:
+    """``engine``'s pool never hands out a connection whose server has closed it."""
+    event.listen(engine.sync_engine, "checkout", _refuse_closed)
+
+
 def make_engine(url: str, *, pool_size: int = 10, name: str = "mnemo") -> AsyncEngine:
     """The engine of one process; ``name`` is its connections' ``application_name``
     (``pg_stat_activity``: the API's and the worker's backends told apart)."""
@@ -123,8 +138,10 @@ def make_engine(url: str, *, pool_size: int = 10, name: str = "mnemo") -> AsyncE
         pool_size=pool_size,
         max_overflow=pool_size,
         # No pre-ping: it costs three round trips per checkout (~1 ms on every request).
-        # A connection broken by a database restart fails one request with a 503
-        # (problem+json, Retry-After) and the pool is invalidated and refilled.
+        # A connection the server closed while pooled is dropped at checkout
+        # (``refuse_closed_connections``: the driver's own flag); one lost mid-request
+        # fails that request (a read runs again once, app/api/middleware.py; a write gets
+        # a 503 with Retry-After) and is invalidated.
         pool_pre_ping=False,
         pool_recycle=1800,
         # Statement parameters carry message content: never in exception texts or logs.
@@ -134,6 +151,7 @@ def make_engine(url: str, *, pool_size: int = 10, name: str = "mnemo") -> AsyncE
         connect_args={"server_settings": {"application_name": name}},
     )
     install_codecs(engine)
+    refuse_closed_connections(engine)
     return engine
 
 
@@ -166,8 +184,21 @@ async def driver_connection(conn: AsyncConnection) -> asyncpg.Connection:
     return raw
 
 
-# What a connection that is gone raises through the driver.
-CONNECTION_LOST = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)
+# What a connection that is gone raises through the driver: its socket closed, or the
+# server ending its session (these are ``PostgresError``s, not connection errors, in
+# asyncpg) when an operator terminates the backend or the server shuts down fast (57P01),
+# crashes (57P02), is starting or stopping (57P03), or an idle timeout ends it (57P05,
+# 25P03).
+CONNECTION_LOST = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    OSError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.IdleSessionTimeoutError,
+    asyncpg.IdleInTransactionSessionTimeoutError,
+)
 
 
 @contextlib.asynccontextmanager
