@@ -16,6 +16,11 @@ the same database, alone on the machine's work, and the benchmark reports:
 
 The worker runs with the service's defaults (concurrency, batch sizes), not niced:
 here nothing competes with it, so its wall time is its own cost.
+
+The backlog must be the load's alone: the run stops with an error if the worker did not
+stop (SIGSTOP, seen in /proc), if any job was done between its stop and the drain (one
+run reported 186 of 200 compressions done before its drain: a drain of another mix of
+jobs), or if the service exited meanwhile.
 """
 
 from __future__ import annotations
@@ -102,6 +107,15 @@ def _wait_drained(dsn: str, timeout_s: float, on_tick: Any = None) -> float | No
     return None
 
 
+def _wait_stopped(pid: int, timeout_s: float = 5.0) -> None:
+    """Until ``pid`` is stopped (state T in /proc: SIGSTOP is delivered asynchronously)."""
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the worker ({pid}) did not stop")
+        time.sleep(0.01)
+
+
 def start_worker(service: Service) -> subprocess.Popen[bytes]:
     """``mnemo worker`` on the service's database (its own process, as in production)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMO_")}
@@ -133,11 +147,20 @@ def measure(service: Service, args: argparse.Namespace) -> dict[str, Any]:
             raise RuntimeError("the warm-up did not drain")
         time.sleep(1.0)
         worker.send_signal(signal.SIGSTOP)
+        _wait_stopped(worker.pid)
+        done_at_stop = _done(dsn)
         began = time.perf_counter()
         load(service, args, prefix="bench", sessions=args.sessions)
         loaded_s = time.perf_counter() - began
         waiting = {r["kind"]: r["waiting"] for r in asyncio.run(_fetch(dsn, BY_KIND))}
         done_before = _done(dsn)
+        # The backlog is what the load queued: a job done meanwhile was run by someone.
+        early = {k: n - done_at_stop.get(k, 0) for k, n in done_before.items()}
+        if any(early.values()):
+            raise RuntimeError(f"jobs done while the worker was stopped: {early}")
+        if service.process is None or service.process.poll() is not None:
+            # Its readiness was its port's: the load may have gone to another server.
+            raise RuntimeError("mnemo serve exited during the load")
         backends = {int(r["pid"]): 0.0 for r in asyncio.run(_fetch(dsn, BACKENDS))}
         backends_before = {pid: _cpu(pid) for pid in backends}
         if args.profile is not None:
