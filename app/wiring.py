@@ -21,6 +21,7 @@ from app.api import openapi, problems
 from app.api.limits import BodyLimitMiddleware
 from app.api.middleware import ObservabilityMiddleware, ReplayLostReads
 from app.api.routes import compression, health, memories, misses, pop, sessions, tasks
+from app.api.startup import build_routes
 from app.api.tracing import TracingMiddleware
 from app.compression.audit import CompressionRecord
 from app.compression.extract.isolated import IsolatedRuleExtractor, shared_processes
@@ -190,6 +191,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_engine = engine is None
+        build_routes(app)  # not on the first request to each router
         app.state.engine = engine or make_engine(database_url, pool_size=settings.db_pool_size)
         tracing.instrument_engine(app.state.engine)
         app.state.guard = Guard(app.state.engine)
