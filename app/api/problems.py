@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.core.errors import MnemoError
 from app.core.logs import request_id
+from app.providers.embed import EmbeddingError, EmbeddingUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +198,10 @@ def install(app: FastAPI) -> None:
     async def _pg_interface(_: Request, exc: asyncpg.InterfaceError) -> JSONResponse:
         return _database_problem(exc)
 
+    @app.exception_handler(EmbeddingError)
+    async def _embedding(_: Request, exc: EmbeddingError) -> JSONResponse:
+        return _embedding_problem(exc)
+
     @app.exception_handler(RecursionError)
     async def _too_deep(_: Request, exc: RecursionError) -> JSONResponse:
         return _too_deep_problem()
@@ -210,6 +215,28 @@ def _too_deep_problem() -> JSONResponse:
     # Nesting beyond what the parsers handle is bad input, not a server fault.
     error = {"loc": ["body"], "field": "body", "msg": "nested too deeply", "type": "too_deep"}
     return problem(422, "Invalid input", "JSON nested too deeply", "validation", [error])
+
+
+def _embedding_problem(exc: EmbeddingError) -> JSONResponse:
+    # A search's query embedding failed at the embedding service (``MNEMO_EMBEDDER=openai``):
+    # neither this service's fault nor the request's. Unreachable, timed out, overloaded
+    # (429, 5xx): retry shortly. Any other answer (a 4xx, a malformed body) is the
+    # service's configuration or the provider's: a 502 that names it.
+    log.warning("embedding service failed: %s", exc)
+    if isinstance(exc, EmbeddingUnavailable):
+        return problem(
+            503,
+            "Embedding service unavailable",
+            "the embedding service did not answer this query; retry shortly",
+            "embedding-unavailable",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    return problem(
+        502,
+        "Embedding service error",
+        "the embedding service refused or garbled this query's embedding",
+        "embedding-error",
+    )
 
 
 def _allowed_methods(app: FastAPI, request: Request) -> str:
@@ -252,7 +279,8 @@ def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
         413: "Over a documented size limit",
         422: "Invalid input: `errors` names each field at fault",
         500: "Unexpected failure",
-        503: "Database unavailable; retry after `Retry-After` seconds",
+        502: "The embedding service refused or garbled the query's embedding",
+        503: "Database (or embedding service) unavailable; retry after `Retry-After` seconds",
     }
     return {
         status: {

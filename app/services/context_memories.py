@@ -23,6 +23,8 @@ Turns are shown chronologically under a date line — "7 May 2023 (2023-05-07)" 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
@@ -36,11 +38,13 @@ from app.memories.bm25 import search_terms, term_matcher
 from app.memories.fuse import mmr_words
 from app.memories.gate import build_query, needs_retrieval
 from app.memories.when import date_label
-from app.providers.embed import Embedder
+from app.providers.embed import Embedder, EmbeddingError
 from app.services.memories import age_label, hybrid_search
 from app.stores import memories as repo
 from app.stores import sessions
 from app.stores.memories import MemoryRow
+
+log = logging.getLogger(__name__)
 
 HEADERS = {"en": "## Long-term memory", "zh": "## 长期记忆"}
 PINNED = {"en": "pinned", "zh": "置顶"}
@@ -166,15 +170,20 @@ async def memory_block(
         if request.explicit_query is None and embedder is not None and request.latest_user:
             if request.latest_user[0] == request.last_embedded_seq:
                 vector = await sessions.last_user_embedding(db, session_pk=request.session_pk)
-        found = await hybrid_search(
-            conn,
-            user_pk=request.user_pk,
-            query=query,
-            k=request.top_k,
-            embedder=embedder if (vector is not None or request.explicit_query) else None,
-            query_vector=vector,
-            terms=terms,
+        search = functools.partial(
+            hybrid_search, conn, user_pk=request.user_pk, query=query, k=request.top_k, terms=terms
         )
+        try:
+            found = await search(
+                embedder=embedder if (vector is not None or request.explicit_query) else None,
+                query_vector=vector,
+            )
+        except EmbeddingError as exc:
+            # The embedding service failed the query (an explicit one: an implicit query
+            # reads the vector stored with the turn). A context is still owed: the
+            # memories the lexical leg finds, and a warning for the operator.
+            log.warning("session %s: context memories by words alone: %s", request.session_pk, exc)
+            found = await search(embedder=None, query_vector=None)
     found = [m for m in found if _visible(m, request)]
     turns, whole, pinned = await _turns(
         db,

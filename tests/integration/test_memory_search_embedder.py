@@ -2,10 +2,11 @@
 
 The search posts its query to the embedding service before it sends its first statement
 (the user look-up with the lexical leg), and the two run at once. An embedding that
-fails (an HTTP 503, a refused connection) must still be answered as every unexpected
-failure is, a 500 problem naming what failed, and only once the statement under way has
-been answered: the connection goes back to the pool idle, with nothing in flight. An
-unknown user is still a 404, whatever the embedder does.
+fails (an HTTP 503, a refused connection) is answered with a 503 problem and Retry-After
+(one that answers with an error, a 4xx, with a 502), and only once the statement under
+way has been answered: the connection goes back to the pool idle, with nothing in flight.
+An unknown user is still a 404, whatever the embedder does. A context read with an
+explicit query is still served when the embedding fails: from the lexical leg alone.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def held(monkeypatch: pytest.MonkeyPatch) -> list[asyncpg.Connection]:
     return seen
 
 
-async def test_an_embedding_that_fails_under_the_first_statement_is_a_500_problem(
+async def test_an_embedding_that_fails_under_the_first_statement_is_a_503_problem(
     db_url: str, engine: AsyncEngine, held: list[asyncpg.Connection]
 ) -> None:
     async with Server(scripted([200, 503, 200])) as server:
@@ -104,9 +105,10 @@ async def test_an_embedding_that_fails_under_the_first_statement_is_a_500_proble
             ok = await client.get("/v1/users/u-e/memories", params={"query": "aisle seats"})
             assert ok.status_code == 200, ok.text
             failed = await client.get("/v1/users/u-e/memories", params={"query": "aisle"})
-            assert failed.status_code == 500
+            assert failed.status_code == 503
             assert failed.headers["content-type"].startswith("application/problem+json")
-            assert "error id" in failed.json()["detail"]
+            assert failed.headers["retry-after"]
+            assert "embedding service" in failed.json()["detail"]
             assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
             # Nothing left in flight on the failed search's connection: it answers at once
             # (a statement still running would raise "another operation is in progress").
@@ -127,7 +129,7 @@ async def test_an_unreachable_embedder_and_an_unknown_user(
         added = await client.post("/v1/users/u-r/memories", json={"text": "Prefers aisle seats"})
         assert added.status_code == 201, added.text
         failed = await client.get("/v1/users/u-r/memories", params={"query": "aisle"})
-        assert failed.status_code == 500
+        assert failed.status_code == 503
         assert failed.headers["content-type"].startswith("application/problem+json")
         unknown = await client.get("/v1/users/nobody/memories", params={"query": "aisle"})
         assert unknown.status_code == 404
@@ -135,3 +137,40 @@ async def test_an_unreachable_embedder_and_an_unknown_user(
         assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
         for db in held:
             assert await db.fetchval("SELECT 1") == 1
+
+
+async def test_an_embedding_service_that_refuses_the_query_is_a_502_problem(
+    db_url: str, engine: AsyncEngine
+) -> None:
+    async with Server(scripted([400])) as server:
+        async with app_over(f"{server.url}/v1", db_url, engine) as client:
+            added = await client.post("/v1/users/u-b/memories", json={"text": "Likes tea"})
+            assert added.status_code == 201, added.text
+            failed = await client.get("/v1/users/u-b/memories", params={"query": "tea"})
+            assert failed.status_code == 502, failed.text
+            assert failed.headers["content-type"].startswith("application/problem+json")
+            assert "embedding service" in failed.json()["detail"]
+
+
+async def test_a_context_read_survives_a_failing_embedding_service(
+    db_url: str, engine: AsyncEngine
+) -> None:
+    """The context's memory block comes from the lexical leg when the query's embedding
+    fails; the memory that shares words with the query is in it."""
+    async with Server(scripted([503, 503])) as server:
+        async with app_over(f"{server.url}/v1", db_url, engine) as client:
+            added = await client.post(
+                "/v1/users/u-c/memories", json={"text": "Allergic to peanuts", "pinned": False}
+            )
+            assert added.status_code == 201, added.text
+            posted = await client.post(
+                "/v1/sessions/s-c/turns",
+                json={"user_id": "u-c", "messages": [{"role": "user", "content": "Hello"}]},
+            )
+            assert posted.status_code in (200, 201), posted.text
+            read = await client.get(
+                "/v1/sessions/s-c/context", params={"query": "peanuts allergy", "max_tokens": 2000}
+            )
+            assert read.status_code == 200, read.text
+            assert "Allergic to peanuts" in orjson.dumps(read.json()).decode()
+    assert len(server.requests) >= 1  # the embedding was asked for, and failed

@@ -14,7 +14,7 @@ from app.api.deps import (
     TenantDep,
     UserIdPath,
 )
-from app.api.problems import COMMON_PROBLEMS
+from app.api.problems import COMMON_PROBLEMS, documented
 from app.api.quickroute import QuickRoute
 from app.api.schemas import MemoriesOut, MemoryIn, MemoryKind, MemoryPublic, QueryText
 from app.compression.untrusted import one_line
@@ -167,6 +167,7 @@ router.add_api_route(
     list_memories,
     methods=["GET"],
     response_model=MemoriesOut,
+    responses=documented(502),  # the embedding service's error (a 503 is in COMMON_PROBLEMS)
     route_class_override=QuickRoute,
 )
 

@@ -1630,7 +1630,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1849,7 +1849,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1994,7 +1994,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2137,7 +2137,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2321,7 +2321,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2466,7 +2466,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2620,7 +2620,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2757,7 +2757,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2885,7 +2885,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3012,7 +3012,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3141,7 +3141,17 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description The embedding service refused or garbled the query's embedding */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3313,7 +3323,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3438,7 +3448,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3561,7 +3571,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3738,7 +3748,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3873,7 +3883,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4040,7 +4050,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4202,7 +4212,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4337,7 +4347,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4475,7 +4485,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4627,7 +4637,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Database unavailable; retry after `Retry-After` seconds */
+            /** @description Database (or embedding service) unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
