@@ -13,6 +13,9 @@ touches both sides alike. Reported per side: the median of its blocks' p50s, how
 rounds it was the faster one, and its API's and its Postgres's CPU a read. The first
 round compares every body read by read: a change that alters the output shows here.
 
+``--other-data DIR`` serves B on a copy of another database: the one B's code built (a
+schema change shows only on data written by the code that has it).
+
 The reads are ``bench.latency``'s context reads of its default workload (its session
 names); ``--paths FILE`` takes request paths instead, one per line.
 """
@@ -185,11 +188,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--block", type=int, default=100, help="reads a side makes in a row")
     p.add_argument("--paths", type=Path, help="request paths, one per line")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument(
+        "--other-data",
+        type=Path,
+        help="serve B on a copy of this database instead (the one B's code built): each"
+        " code on its own data; the bodies may then differ",
+    )
     args = p.parse_args(argv)
     if len(args.code) != 2:
         p.error("give --code twice")
-    if not (args.data / "pg").is_dir():
-        p.error(f"{args.data} holds no embedded Postgres (no pg/ inside)")
+    for data in (args.data, args.other_data or args.data):
+        if not (data / "pg").is_dir():
+            p.error(f"{data} holds no embedded Postgres (no pg/ inside)")
     return args
 
 
@@ -201,13 +211,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.paths
         else default_paths()
     )
-    data = args.data.resolve()
-    sides = [Side(n, c.resolve(), data, env) for n, c in zip("AB", args.code, strict=True)]
+    datas = [args.data.resolve(), (args.other_data or args.data).resolve()]
+    sides = [Side(n, c.resolve(), d, env) for n, c, d in zip("AB", args.code, datas, strict=True)]
     load_before = os.getloadavg()[0]
     with served(sides):
         result = measure(sides, paths, args.rounds, args.block)
     result["parameters"] = {
         "data": str(args.data),
+        "other_data": None if args.other_data is None else str(args.other_data),
         "rounds": args.rounds,
         "block": args.block,
         "reads": len(paths),

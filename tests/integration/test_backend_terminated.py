@@ -157,17 +157,27 @@ async def test_a_write_whose_backend_is_terminated_mid_statement_is_a_503_and_st
     assert await scalar(engine, "SELECT count(*) FROM memories WHERE source ? 'api'") == 2
 
 
+DRAIN_WITHIN_S = 60.0
+
+
 async def drain(engine: AsyncEngine, db_url: str, *, terminated: bool) -> None:
     """Run every job; with ``terminated``, the first one's backend is terminated while
-    its statement waits on a lock."""
+    its statement waits on a lock. A failed attempt puts its job back in backoff (due a
+    moment later): no job claimable is not yet no job left, so this waits for that."""
     async with httpx.AsyncClient() as http:
         settings = make_settings(db_url)
         embedder = build_embedder_from_settings(settings, http)
         worker = build_worker(settings, engine, http=http, embedder=embedder)
         if terminated:
             await terminated_mid_statement(db_url, worker.run_once())
-        while await worker.run_once() is not None:
-            pass
+        deadline = asyncio.get_running_loop().time() + DRAIN_WITHIN_S
+        while asyncio.get_running_loop().time() < deadline:
+            if await worker.run_once() is not None:
+                continue
+            left = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
+            if not await scalar(engine, left):
+                return
+            await asyncio.sleep(0.02)
 
 
 async def test_a_job_whose_backend_is_terminated_is_run_again_and_applied_once(
