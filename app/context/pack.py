@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, count_message_tokens, truncate_to_tokens
 
@@ -34,8 +34,10 @@ class Block:
     tiers: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class RecentTurn:
+class RecentTurn(NamedTuple):
+    # A tuple, not a frozen dataclass: a read makes one for each of up to 64 live turns,
+    # and a frozen dataclass's ``__init__`` (one ``object.__setattr__`` a field) cost
+    # four times a tuple's (0.6 against 0.15 us).
     message: Message
     tokens: int
 
