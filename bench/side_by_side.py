@@ -10,11 +10,15 @@ carry a memory block). Each checkout (A, B: worktrees of this repository) is ser
 after, so both read the same rows and nothing else writes them. Then blocks of one-client
 reads alternate between the two (A B, B A, A B, …): whatever the box does in a minute
 touches both sides alike. Reported per side: the median of its blocks' p50s, how many
-rounds it was the faster one, and its API's and its Postgres's CPU a read. The first
+rounds it was the faster one, its API's and its Postgres's CPU a read, this process's
+CPU a read (the client: the same code for both sides, so it shows what the box's speed
+did), and what the reads carried (bytes a read, reads with a memory block). The first
 round compares every body read by read: a change that alters the output shows here.
 
 ``--other-data DIR`` serves B on a copy of another database: the one B's code built (a
-schema change shows only on data written by the code that has it).
+schema change shows only on data written by the code that has it). The two then read
+other contents (the worker compressed at other points): compare the bytes a read, and
+serve one code on both databases (``--code X --code X``) to tell content from code.
 
 The reads are ``bench.latency``'s context reads of its default workload (its session
 names); ``--paths FILE`` takes request paths instead, one per line.
@@ -82,6 +86,9 @@ class Side:
         self.reads = 0
         self.api_s = 0.0
         self.pg_s = 0.0
+        # This process's CPU over the reads alone (not the /proc walks around them): the
+        # client is the same code for both sides, so it moves with the box's speed alone.
+        self.client_s = 0.0
 
     def start(self) -> None:
         self.service.start()
@@ -103,12 +110,14 @@ class Side:
         assert self.client is not None
         times, bodies = [], []
         api, pg = self._api_cpu_s(), postgres_cpu_s(self.copy)
+        client = time.process_time()
         for path in paths:
             began = time.perf_counter()
             r = self.client.get(path)
             times.append(time.perf_counter() - began)
             r.raise_for_status()
             bodies.append(r.content)
+        self.client_s += time.process_time() - client
         self.api_s += self._api_cpu_s() - api
         self.pg_s += postgres_cpu_s(self.copy) - pg
         self.reads += len(paths)
@@ -136,10 +145,12 @@ def measure(sides: Sequence[Side], paths: Sequence[str], rounds: int, block: int
     a, b = sides
     wins = {a.name: 0, b.name: 0}
     same = differ = 0
+    # What each side's reads carried: with --other-data, the two contents differ.
+    carried = {s.name: {"bytes": 0, "memories": 0} for s in sides}
     for side in sides:  # warm-up: first statements, caches, the pool
         side.block(paths[:block])
         side.p50s.clear()
-        side.reads, side.api_s, side.pg_s = 0, 0.0, 0.0
+        side.reads, side.api_s, side.pg_s, side.client_s = 0, 0.0, 0.0, 0.0
     for r in range(rounds):
         start = (r * block) % max(1, len(paths) - block + 1)
         chunk = paths[start : start + block]
@@ -148,6 +159,9 @@ def measure(sides: Sequence[Side], paths: Sequence[str], rounds: int, block: int
         bodies = {}
         for side in order:
             times, bodies[side.name] = side.block(chunk)
+            seen = carried[side.name]
+            seen["bytes"] += sum(len(body) for body in bodies[side.name])
+            seen["memories"] += sum(latency.MEMORY_BLOCK in body for body in bodies[side.name])
             p50[side.name] = statistics.median(times) * 1000
             side.p50s.append(p50[side.name])
         wins[min(p50, key=p50.__getitem__)] += 1
@@ -168,6 +182,10 @@ def measure(sides: Sequence[Side], paths: Sequence[str], rounds: int, block: int
                 "faster_rounds": wins[s.name],
                 "api_cpu_ms_per_read": round(1000 * s.api_s / s.reads, 3),
                 "postgres_cpu_ms_per_read": round(1000 * s.pg_s / s.reads, 3),
+                "client_cpu_ms_per_read": round(1000 * s.client_s / s.reads, 3),
+                "body_bytes_per_read": round(carried[s.name]["bytes"] / s.reads),
+                "reads": s.reads,
+                "reads_with_memories": carried[s.name]["memories"],
             }
             for s in sides
         },
@@ -233,7 +251,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{name}: p50 median {side['p50_ms_median']:.2f} ms, faster in "
             f"{side['faster_rounds']} of {args.rounds} rounds, API CPU "
             f"{side['api_cpu_ms_per_read']:.2f} ms a read, Postgres "
-            f"{side['postgres_cpu_ms_per_read']:.2f} ms  ({side['code']})"
+            f"{side['postgres_cpu_ms_per_read']:.2f} ms, client "
+            f"{side['client_cpu_ms_per_read']:.2f} ms; {side['body_bytes_per_read']} bytes a"
+            f" read, {side['reads_with_memories']} of {side['reads']} with a memory"
+            f" block  ({side['code']})"
         )
     print(f"bodies of the first round: {result['bodies_compared']}")
     write_result(args.out, result)

@@ -21,7 +21,7 @@ class FakeSide:
         self.order = [] if order is None else order  # every side's blocks, in turn
         self.service = FakeService()
         self.p50s: list[float] = []
-        self.reads, self.api_s, self.pg_s = 0, 0.0, 0.0
+        self.reads, self.api_s, self.pg_s, self.client_s = 0, 0.0, 0.0, 0.0
         self.calls: list[tuple[str, ...]] = []
 
     def block(self, paths: Sequence[str]) -> tuple[list[float], list[bytes]]:
@@ -29,6 +29,7 @@ class FakeSide:
         self.order.append(self.name)
         self.reads += len(paths)
         self.api_s += 0.002 * len(paths)
+        self.client_s += 0.001 * len(paths)
         return [self.ms / 1000] * len(paths), [f"{self.body}{p}".encode() for p in paths]
 
 
@@ -44,9 +45,17 @@ def test_blocks_alternate_and_the_faster_side_wins_its_rounds() -> None:
     assert result["sides"]["A"]["api_cpu_ms_per_read"] == 2.0  # the warm-up is not counted
     assert a.calls[1] == b.calls[1] == ("/p0", "/p1", "/p2")  # both sides read the same paths
     assert result["bodies_compared"] == {"identical": 3, "different": 0}
+    assert result["sides"]["A"]["client_cpu_ms_per_read"] == 1.0
+    # what the measured reads carried: 4 rounds of 3 reads, bodies "x/p0" … (4 bytes)
+    assert result["sides"]["A"]["reads"] == 12
+    assert result["sides"]["A"]["body_bytes_per_read"] == 4
+    assert result["sides"]["A"]["reads_with_memories"] == 0
 
 
 def test_different_bodies_are_counted() -> None:
-    a, b = FakeSide("A", 1.0, "x"), FakeSide("B", 1.0, "y")
+    a, b = FakeSide("A", 1.0, "x"), FakeSide("B", 1.0, '{"kind":"memories"}')
     result = side_by_side.measure([a, b], ["/p0", "/p1"], rounds=2, block=2)  # type: ignore[list-item]
     assert result["bodies_compared"] == {"identical": 0, "different": 2}
+    # and what each side carried: B's reads have a memory block, A's none
+    assert [result["sides"][s]["reads_with_memories"] for s in "AB"] == [0, 4]
+    assert [result["sides"][s]["body_bytes_per_read"] for s in "AB"] == [4, 22]
