@@ -14,7 +14,7 @@ users with fewer than k memories), three probe users hold 1,000, 2,500 and
 branches of ``vector_search`` run.
 The HNSW index is dropped before the load and rebuilt after it (the build time is
 reported), then ``VACUUM ANALYZE``. Before the build, the heavy users' rows are marked
-for the index by the worker's own statement (``repo.flip_heavy``): the index holds
+for the index by the worker's own move (``memory_jobs.move_heavy``): the index holds
 only their rows, as in production.
 
 For Q queries (each drawn like a memory of a random user; a quarter on heavy
@@ -64,6 +64,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.schema import CreateIndex
 
+from app.services.memory_jobs import move_heavy
 from app.stores import memories as repo
 from app.stores.embedded import throwaway_embedded
 from app.stores.engine import driver_connection, install_codecs
@@ -345,12 +346,11 @@ async def load(url: str, p: Params, c: Corpus) -> dict[str, Any]:
 
 async def mark_heavy(url: str, user_pks: list[int]) -> int:
     """The rows of the users past EXACT_SCAN_MAX marked for the HNSW index, as the worker
-    marks them; how many."""
+    marks them (before the index is built: no graph insert); how many."""
     engine = create_async_engine(url, pool_size=1)
     install_codecs(engine)
     try:
-        async with engine.begin() as conn:
-            return await repo.flip_heavy(conn, tenant=TENANT, user_pks=user_pks)
+        return await move_heavy(engine, tenant=TENANT, user_pks=user_pks)
     finally:
         await engine.dispose()
 

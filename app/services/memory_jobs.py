@@ -61,10 +61,25 @@ class MemoryDeps:
 
 async def flip_heavy(ctx: JobContext, user_pks: Sequence[int]) -> None:
     """After a job wrote memories of ``user_pks``: the rows of those now heavy move
-    into the HNSW index (``repo.FLIP_HEAVY``), in a transaction of their own, so that
-    the job's write never waits for a heavy user's first move."""
-    async with ctx.engine.begin() as conn:
-        await repo.flip_heavy(conn, tenant=ctx.job.tenant_id, user_pks=user_pks)
+    into the HNSW index, after the job's own transaction, so that the job's write never
+    waits for a heavy user's first move."""
+    await move_heavy(ctx.engine, tenant=ctx.job.tenant_id, user_pks=user_pks)
+
+
+async def move_heavy(engine: AsyncEngine, *, tenant: str, user_pks: Sequence[int]) -> int:
+    """The rows of those of ``user_pks`` that are heavy moved into the HNSW index, one
+    batch (``repo.FLIP_BATCH`` rows) a transaction, until a batch comes up short; how many
+    rows moved. Each batch holds its rows only while it writes them: a write to the user
+    waits for one batch at most, and a move cut short is resumed by the next."""
+    total = 0
+    while True:
+        async with engine.begin() as conn:
+            moved = await repo.flip_heavy(
+                conn, tenant=tenant, user_pks=user_pks, batch=repo.FLIP_BATCH
+            )
+        total += moved
+        if moved < repo.FLIP_BATCH:
+            return total
 
 
 # ---------------------------------------------------------------- embed_memories

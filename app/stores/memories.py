@@ -10,7 +10,8 @@ Either way a search returns min(k, rows of that user) results.
 
 The HNSW index holds only heavy users' rows (``memories.ann``, a partial index): a row
 is written into it when its user has rows there already, and a user's rows are moved
-into it once, by the worker, when the user passes EXACT_SCAN_MAX (FLIP_HEAVY). Every
+into it once, by the worker, when the user passes EXACT_SCAN_MAX (FLIP_HEAVY, in short
+batches). Every
 other vector written costs no graph insert. A heavy user's search ranks its rows
 outside the index exactly (VECTOR_HNSW), so it never depends on the move being done.
 
@@ -669,12 +670,19 @@ SET_EMBEDDING = text(f"""
     {VECTOR_COPY}
 """)
 
-# flip_heavy: the rows of some users of one tenant move into the HNSW index: all of a
-# user's rows when the user has more than :heavy_at live memories (a bounded count)
-# and none there yet, once; later, the few a heavy user's writes left outside (written
-# in a race with the move, or skipped by it). A row another transaction holds is
-# skipped (SKIP LOCKED: a move never waits, and never deadlocks with a write); the
-# user's next move takes it. The search never depends on it (VECTOR_HNSW).
+# flip_heavy: one batch of the move of some users' rows (one tenant) into the HNSW index:
+# up to :batch rows outside the index of the users that are heavy, that is with more
+# than :heavy_at live memories (a bounded count) or with rows in the index already. A
+# user's move is a run of these batches, each its own short transaction (``memory_jobs.
+# move_heavy``): the rows a batch holds are held for its graph inserts alone (~2 ms a
+# row), so a write to the user waits at most one batch, never the whole move (5,000+
+# rows, ~10 s). Once a batch has committed the user counts as moved (its new rows go
+# into the index, ``heavy_user``), so a move cut short (a crash, a kill) is finished by
+# the user's next one; a batch takes only rows outside the index, so running one twice
+# moves nothing twice. A row another transaction holds is skipped (SKIP LOCKED: a move
+# never waits, and never deadlocks with a write); the user's next move takes it. The
+# search never depends on any of it (VECTOR_HNSW ranks the rows outside exactly).
+FLIP_BATCH = 200
 FLIP_HEAVY = text("""
     WITH u AS (
         SELECT DISTINCT id FROM unnest(CAST(:user_pks AS bigint[])) AS u(id)),
@@ -690,6 +698,7 @@ FLIP_HEAVY = text("""
         UPDATE memories SET ann = true
         WHERE id IN (SELECT m.id FROM memories m JOIN heavy ON m.user_id = heavy.id
                      WHERE m.tenant_id = :tenant AND NOT m.ann
+                     LIMIT CAST(:batch AS integer)
                      FOR NO KEY UPDATE OF m SKIP LOCKED)
         RETURNING id)
     SELECT count(*) FROM moved
@@ -986,10 +995,18 @@ async def set_embedding(
     )
 
 
-async def flip_heavy(conn: AsyncConnection, *, tenant: str, user_pks: Sequence[int]) -> int:
-    """Move into the HNSW index the rows of those of ``user_pks`` (one tenant's users)
-    that are heavy now (``FLIP_HEAVY``); returns how many rows moved."""
-    params = {"tenant": tenant, "user_pks": sorted(set(user_pks)), "heavy_at": EXACT_SCAN_MAX}
+async def flip_heavy(
+    conn: AsyncConnection, *, tenant: str, user_pks: Sequence[int], batch: int = FLIP_BATCH
+) -> int:
+    """One batch (``FLIP_HEAVY``) of the move into the HNSW index of the rows of those of
+    ``user_pks`` that are heavy; returns how many rows moved (fewer than ``batch``: none
+    left, or the rest held by writers)."""
+    params = {
+        "tenant": tenant,
+        "user_pks": sorted(set(user_pks)),
+        "heavy_at": EXACT_SCAN_MAX,
+        "batch": batch,
+    }
     return int((await conn.execute(FLIP_HEAVY, params)).scalar_one())
 
 

@@ -36,13 +36,26 @@ class Server:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(10)
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 15) -> None:
+        """SIGTERM, and SIGKILL if serve has not exited ``wait_s`` later (a serve killed
+        that way leaves its embedded Postgres running, by design)."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(15)
+                self.process.wait(wait_s)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def wait_postgres_stopped(data_dir: Path, wait_s: float = 60.0) -> None:
+    """Until the embedded Postgres serve asked to stop has stopped (its pid file gone).
+    serve waits 15 s for it; its shutdown checkpoint can take longer on a busy machine,
+    and it finishes on its own after serve has exited."""
+    pidfile = data_dir / "pg" / "postmaster.pid"
+    deadline = time.monotonic() + wait_s
+    while pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pidfile.exists()
 
 
 def start_server(

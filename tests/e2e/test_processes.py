@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 from app.services.auth import CACHE_TTL_S
 from tests.conftest import _dsn
-from tests.e2e.conftest import Server, start_server
+from tests.e2e.conftest import Server, start_server, wait_postgres_stopped
 
 pytestmark = pytest.mark.e2e
 
@@ -372,7 +372,7 @@ def test_serve_runs_its_job_worker_in_a_child_process(data_dir: Path) -> None:
     while time.monotonic() < deadline and any(_alive(pid) for pid in children):
         time.sleep(0.1)
     assert not [_cmdline(pid) for pid in children if _alive(pid)]
-    _wait_postgres_stopped(data_dir)
+    wait_postgres_stopped(data_dir)
 
 
 def test_a_starved_job_worker_is_replaced_by_a_niced_one_then_idle_again(
@@ -537,18 +537,7 @@ def test_serve_can_keep_its_job_worker_in_process(data_dir: Path) -> None:
             _compress_one_session(c)
     finally:
         server.stop()
-    _wait_postgres_stopped(data_dir)
-
-
-def _wait_postgres_stopped(data_dir: Path, wait_s: float = 60.0) -> None:
-    """Until the embedded Postgres serve asked to stop has stopped (its pid file gone).
-    serve waits 15 s for it; its shutdown checkpoint can take longer on a busy machine,
-    and it finishes on its own after serve has exited."""
-    pidfile = data_dir / "pg" / "postmaster.pid"
-    deadline = time.monotonic() + wait_s
-    while pidfile.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not pidfile.exists()
+    wait_postgres_stopped(data_dir)
 
 
 def _compress_one_session(c: httpx.Client) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import start_server
+from tests.e2e.conftest import start_server, wait_postgres_stopped
 
 pytestmark = pytest.mark.e2e
 
@@ -45,11 +45,15 @@ def test_serve_embedded_post_context_and_survive_a_restart(data_dir: Path) -> No
             assert "/v1/sessions/{session_id}/context" in spec["paths"]
             assert c.get("/docs").status_code == 200
     finally:
-        server.stop()
+        # serve stops its worker first (SIGTERM; SIGKILL 30 s later): an idle-class worker
+        # on a busy machine gets the CPU to exit late, and a serve killed at the fixture's
+        # 15 s would leave its Postgres running (by design).
+        server.stop(wait_s=60)
     # Graceful: uvicorn finishes shutdown (worker stopped, pool closed), then re-raises
-    # SIGTERM, and the embedded Postgres this server started is stopped with it.
+    # SIGTERM, and the embedded Postgres this server started is stopped with it (serve
+    # waits 15 s for its shutdown checkpoint, which may end after serve has exited).
     assert "Application shutdown complete" in server.log.read_text()
-    assert not (data_dir / "pg" / "postmaster.pid").exists()
+    wait_postgres_stopped(data_dir)
 
     again = start_server(data_dir)
     try:

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.services.memory_jobs import move_heavy
 from app.stores import api_keys as keys
 from app.stores.engine import driver_connection
 from app.wiring import build_worker
@@ -203,8 +204,8 @@ async def test_heavy_users_search_through_hnsw_and_always_get_k(
                 await memory_repo.set_embedding(
                     conn, memory_id=mid, embedding=vector, model="hash-ngram-v1"
                 )
-        # Every user is heavy: their rows move into the HNSW index, as the worker does.
-        await memory_repo.flip_heavy(conn, tenant="default", user_pks=users)
+    # Every user is heavy: their rows move into the HNSW index, as the worker does.
+    await move_heavy(engine, tenant="default", user_pks=users)
     async with engine.connect() as conn:
         for user_pk in users[:5]:
             query = l2_normalize([rng.gauss(0, 1) for _ in range(512)])
@@ -304,8 +305,9 @@ async def test_a_heavy_user_whose_hnsw_answer_comes_back_short_is_topped_up_exac
                 await memory_repo.set_embedding(
                     conn, memory_id=mid, embedding=vector, model="hash-ngram-v1"
                 )
-        # Every user is heavy: their rows move into the HNSW index, as the worker does.
-        await memory_repo.flip_heavy(conn, tenant="default", user_pks=[heavy, *others])
+    # Every user is heavy: their rows move into the HNSW index, as the worker does.
+    await move_heavy(engine, tenant="default", user_pks=[heavy, *others])
+    async with engine.begin() as conn:
         await conn.execute(text("ANALYZE memories"))
     query = near(1.0)
     args = (heavy, query, "hash-ngram-v1", None, 10)
