@@ -31,8 +31,9 @@ users) it measures, interleaved:
 Both are judged against the exact top k of that user (numpy over the generated
 vectors): results per search (must be ``min(k, user's memories)``) and recall@k.
 A third series runs ``vector_search`` on heavy users with a rare ``kind`` filter,
-and a scan curve times the exact and the iterative-HNSW SQL alone on users of
-growing size (the evidence for ``EXACT_SCAN_MAX``).
+and a scan curve (run last) times ``vector_search`` on users of growing size both as
+an ordinary user (exact) and as a heavy one (HNSW, the user's rows put in the index
+first), query by query: the evidence for ``EXACT_SCAN_MAX``.
 
 ``--scale`` is the issue's target, 1M memories across 10k users. Vectors have the
 schema's width (``EMBEDDING_DIM``, 512): the production statements cast to it, so
@@ -592,8 +593,8 @@ async def measure(url: str, p: Params, c: Corpus, pk_of: dict[int, int]) -> dict
                     series[f"heavy+rare_kind/vector_search{tag}"].record(ms, got, truth, parts)
         search_s = time.perf_counter() - began
         plans = await sample_plans(engine, pf, p, c, pk_of, rng)
-    curve = await scan_curve(custom, p, c, pk_of, rng)
     sweep = await hnsw_sweep(custom, p, c, pk_of, rng) if len(heavy) else []
+    curve = await scan_curve(url, engine, clock, p, c, pk_of, rng)  # last: it moves users
     await engine.dispose()
     await custom.dispose()
     return {
@@ -658,52 +659,68 @@ async def sample_plans(
     return out
 
 
-async def scan_curve(
-    engine: AsyncEngine, p: Params, c: Corpus, pk_of: dict[int, int], rng: np.random.Generator
-) -> list[dict[str, Any]]:
-    """Exact vs iterative-HNSW SQL alone, on users of growing size: where they cross.
+CURVE_SIZES = (10, 100, 300, 1000, 2000, 3500, 5000, 6500, 10_000, 20_000, 50_000)
+CURVE_REPS = 30
 
-    Run on custom plans (the engine given), so that the HNSW query does use the index.
-    """
-    wanted = [10, 100, 300, 1000, 2000, 5000, 10_000, 20_000, 50_000]
-    users = _pick_users(c, [w for w in wanted if w <= c.sizes.max()])
+
+async def scan_curve(
+    url: str,
+    engine: AsyncEngine,
+    clock: StatementClock,
+    p: Params,
+    c: Corpus,
+    pk_of: dict[int, int],
+    rng: np.random.Generator,
+) -> list[dict[str, Any]]:
+    """The evidence for EXACT_SCAN_MAX: ``vector_search`` on users of growing size, each
+    searched both ways, query by query in alternating order: as an ordinary user (the
+    exact path: EXACT_SCAN_MAX set above every user) and as a heavy one (the HNSW path:
+    EXACT_SCAN_MAX 0). The index holds only heavy users' rows, so the ordinary users of
+    the curve are put in it first, as a move at a lower limit would (``ann``); run after
+    every other series, which never see them there."""
+    users = _pick_users(c, [w for w in CURVE_SIZES if w <= c.sizes.max()])
+    db = await raw_connect(url)
+    try:
+        await db.execute(
+            "UPDATE memories SET ann = true WHERE user_id = ANY($1::bigint[]) AND NOT ann",
+            [pk_of[u] for u in users],
+        )
+        await db.execute("VACUUM ANALYZE memories")
+    finally:
+        await db.close()
+    limit = repo.EXACT_SCAN_MAX
     rows: list[dict[str, Any]] = []
-    reps = 15
     for u in sorted(users, key=lambda x: int(c.sizes[x])):
-        exact_ms: list[float] = []
-        hnsw_ms: list[float] = []
-        recall: list[float] = []
-        async with engine.connect() as conn:
-            await hnsw_settings(conn, p.k)
-            for i in range(reps + 2):
-                q = query_vector(c, u, rng)
-                params = {
-                    "user_pk": pk_of[u],
-                    "q": q.tolist(),
-                    "model": MODEL,
-                    "k": p.k,
-                    "kind": None,
-                }
-                began = time.perf_counter()
-                await driver_fetch(conn, repo.VECTOR_EXACT, params)
-                t_exact = (time.perf_counter() - began) * 1000
-                began = time.perf_counter()
-                got = await driver_fetch(conn, repo.VECTOR_HNSW, params)
-                t_hnsw = (time.perf_counter() - began) * 1000
-                if i >= 2:  # two warm-up rounds
-                    exact_ms.append(t_exact)
-                    hnsw_ms.append(t_hnsw)
-                    truth = exact_top(c, u, q, p.k)
-                    recall.append(len({r["id"] - 1 for r in got} & set(truth)) / len(truth))
-            await conn.rollback()
+        ms: dict[str, list[float]] = {"exact": [], "index": []}
+        recall: dict[str, list[float]] = {"exact": [], "index": []}
+        index_won = 0
+        for i in range(CURVE_REPS + 2):  # two warm-up rounds
+            q = query_vector(c, u, rng)
+            truth = exact_top(c, u, q, p.k)
+            took: dict[str, float] = {}
+            for path in ("exact", "index") if i % 2 else ("index", "exact"):
+                repo.EXACT_SCAN_MAX = 10**9 if path == "exact" else 0
+                try:
+                    took[path], got, _ = await production(engine, clock, pk_of[u], q, p.k)
+                finally:
+                    repo.EXACT_SCAN_MAX = limit
+                if i >= 2:
+                    ms[path].append(took[path])
+                    recall[path].append(len(set(got) & set(truth)) / len(truth))
+            index_won += i >= 2 and took["index"] < took["exact"]
+        exact_p50, index_p50 = pct(ms["exact"], 50), pct(ms["index"], 50)
         rows.append(
             {
                 "memories": int(c.sizes[u]),
-                "exact_p50_ms": pct(exact_ms, 50),
-                "exact_p99_ms": pct(exact_ms, 99),
-                "hnsw_sql_p50_ms": pct(hnsw_ms, 50),
-                "hnsw_sql_p99_ms": pct(hnsw_ms, 99),
-                "hnsw_sql_recall": round(float(np.mean(recall)), 4),
+                "exact_path_p50_ms": exact_p50,
+                "exact_path_p99_ms": pct(ms["exact"], 99),
+                "exact_path_recall": round(float(np.mean(recall["exact"])), 4),
+                "index_path_p50_ms": index_p50,
+                "index_path_p99_ms": pct(ms["index"], 99),
+                "index_path_recall": round(float(np.mean(recall["index"])), 4),
+                "index_over_exact_p50": round(index_p50 / exact_p50, 3),
+                "queries": CURVE_REPS,
+                "index_faster": index_won,
             }
         )
     return rows
@@ -775,11 +792,15 @@ def table(result: dict[str, Any]) -> str:
             f"{s['mean_results']:>5.2f}/{s['mean_expected']:<6.2f}"
         )
     lines.append("")
-    lines.append(f"{'user memories':>14} {'exact p50':>10} {'hnsw p50':>10} {'hnsw recall':>12}")
+    lines.append(
+        f"{'user memories':>14} {'exact p50':>10} {'index p50':>10} {'index/exact':>12} "
+        f"{'index faster':>13} {'exact recall':>13} {'index recall':>13}"
+    )
     for r in result["scan_curve"]:
         lines.append(
-            f"{r['memories']:>14} {r['exact_p50_ms']:>10.2f} {r['hnsw_sql_p50_ms']:>10.2f} "
-            f"{r['hnsw_sql_recall']:>12.3f}"
+            f"{r['memories']:>14} {r['exact_path_p50_ms']:>10.2f} {r['index_path_p50_ms']:>10.2f} "
+            f"{r['index_over_exact_p50']:>12.2f} {r['index_faster']:>6}/{r['queries']:<6} "
+            f"{r['exact_path_recall']:>13.3f} {r['index_path_recall']:>13.3f}"
         )
     if result["hnsw_sweep"]:
         lines.append("")

@@ -42,6 +42,11 @@ from app.stores.engine import driver_connection, plan_fence, positional
 from app.stores.tables import EMBEDDING_DIM
 
 EXACT_SCAN_MAX = 5_000
+# Rows a batch of a heavy user's move into the HNSW index takes (FLIP_HEAVY): ~80 ms of
+# Postgres CPU. ``bench.heavy_move`` (6,000 rows, load 6-7): the longest batch held its
+# rows 0.39-0.54 s (100 rows: 0.47-1.07 s, 200: 1.24-1.56 s; all in one transaction
+# 13-34 s); the move's CPU the same at every size (9-10 s).
+FLIP_BATCH = 50
 # ef_search 200: recall 0.958 at 1M rows for users past EXACT_SCAN_MAX (bench.memory).
 HNSW_EF_SEARCH = 200
 HNSW_MAX_SCAN_TUPLES = 50_000
@@ -490,34 +495,46 @@ async def _routed_statement(db: asyncpg.Connection) -> str:
     return VECTOR_ROUTED if looked[1] else VECTOR_ROUTED_YOUNG
 
 
-# vector_hnsw: a heavy user's k nearest, in two legs merged by distance: the user's
-# rows in the HNSW index, approximate, filtered inside the index scan (pgvector
-# iterative scan; "m.ann" lets the planner use the partial index, "user_id + 0" keeps
-# it off the btree, an exact scan of a heavy user, and both hold under the generic
-# plans asyncpg's prepared statements get after five runs), and the user's rows outside
-# the index, ranked exactly (through ``memories_user_ann_idx``: none, or the few written
-# in a race with the user's flip, or all of them before it). Before the flip the index
-# leg is not run at all (its one-time test, ``heavy_user``): an iterative scan for a
-# user with no row in the index reads up to HNSW_MAX_SCAN_TUPLES of other users' rows
-# (184-556 ms in ``bench.memory``) to find none. Each row says which leg found it
-# (``in_index``) and whether the user has rows in the index (``indexed``): an index leg
+# vector_hnsw: a heavy user's k nearest, in legs merged by distance: the user's rows in
+# the HNSW index, approximate, filtered inside the index scan (pgvector iterative scan;
+# "m.ann" lets the planner use the partial index, "user_id + 0" keeps it off the btree,
+# an exact scan of a heavy user, and both hold under the generic plans asyncpg's
+# prepared statements get after five runs), and the user's rows outside the index,
+# ranked exactly (through ``memories_user_ann_idx``: none, or the few written in a race
+# with the user's move, or all of them before it). The index leg runs only for a user
+# whose rows are in the index (``indexed``, one-time tests): not before the user's move
+# (``heavy_user``), nor while FLIP_BATCH rows or more are still outside (``moving``: a
+# move under way, or one cut short until the user's next). An iterative scan for a user
+# with no or few rows in the index reads up to HNSW_MAX_SCAN_TUPLES of other users'
+# rows to find them (184-556 ms in ``bench.memory`` with none); in a move, the user's
+# rows already in the index are ranked exactly too (the third leg). Each row says which
+# leg found it (``in_index``) and whether the index leg ran (``indexed``): an index leg
 # short of k is topped up even when rows outside the index make up the count.
 _LIVE = """m.superseded_by IS NULL AND m.embedding IS NOT NULL AND m.embedding_model = $3
       AND (CAST($4 AS text) IS NULL OR m.kind = $4)
       AND (m.expires_at IS NULL OR m.expires_at > now())"""
+_MOVING = f"""(SELECT count(*) FROM (
+                    SELECT 1 FROM memories o WHERE o.user_id = $1 AND NOT o.ann
+                    LIMIT {FLIP_BATCH}) AS outside) = {FLIP_BATCH}"""
+_INDEXED = f"""{heavy_user("$1")} AND NOT {_MOVING}"""
 VECTOR_HNSW = f"""
     SELECT * FROM (
         (SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score, true AS in_index,
                 true AS indexed
          FROM memories m
-         WHERE m.ann AND m.user_id + 0 = $1 AND {_LIVE} AND {heavy_user("$1")}
+         WHERE m.ann AND m.user_id + 0 = $1 AND {_LIVE} AND {_INDEXED}
          ORDER BY m.embedding <=> $2
          LIMIT $5)
         UNION ALL
-        (SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score, false,
-                {heavy_user("$1")}
+        (SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score, false, {_INDEXED}
          FROM memories m
          WHERE NOT m.ann AND m.user_id = $1 AND {_LIVE}
+         ORDER BY (m.embedding <=> $2) + 0
+         LIMIT $5)
+        UNION ALL
+        (SELECT {SEARCH_COLUMNS}, 1 - (m.embedding <=> $2) AS score, false, false
+         FROM memories m
+         WHERE m.ann AND m.user_id = $1 AND {_LIVE} AND {_MOVING}
          ORDER BY (m.embedding <=> $2) + 0
          LIMIT $5)) AS legs
 """
@@ -682,7 +699,6 @@ SET_EMBEDDING = text(f"""
 # moves nothing twice. A row another transaction holds is skipped (SKIP LOCKED: a move
 # never waits, and never deadlocks with a write); the user's next move takes it. The
 # search never depends on any of it (VECTOR_HNSW ranks the rows outside exactly).
-FLIP_BATCH = 200
 FLIP_HEAVY = text("""
     WITH u AS (
         SELECT DISTINCT id FROM unnest(CAST(:user_pks AS bigint[])) AS u(id)),

@@ -31,11 +31,13 @@ from tests.integration.test_ann_rows import (
     assert_searches_exactly,
     near,
     notes,
+    plan_of,
 )
 from tests.integration.test_index_batches import Recording, index_worker, talk
 from tests.integration.test_memory_vectors import MODEL, add, unit
 
 BATCH = 10
+MOVING = repo.FLIP_BATCH  # rows outside the index that mean a move under way (the SQL's)
 
 IDS = text("SELECT id FROM memories WHERE user_id = :u")
 # The user's rows no other transaction holds: those a SKIP LOCKED read of them takes.
@@ -219,3 +221,42 @@ async def test_a_move_killed_half_way_is_finished_by_the_users_next_job(
     flags = await ann_of(engine, user_pk)
     assert len(flags) > 45 and all(flags.values())
     await assert_searches_exactly(engine, user_pk, queries)  # its rows among them
+
+
+async def index_scan(engine: AsyncEngine, user_pk: int, query: list[float]) -> str:
+    """The line of the heavy search's index scan in its EXPLAIN ANALYZE."""
+    async with engine.begin() as conn:
+        await plan_of(conn, (), generic=False)  # the settings
+        db = await driver_connection(conn)
+        plan = [
+            r[0]
+            for r in await db.fetch(
+                "EXPLAIN (ANALYZE, COSTS OFF) " + repo.VECTOR_HNSW, user_pk, query, MODEL, None, 5
+            )
+        ]
+    return next(line for line in plan if "memories_embedding_hnsw_idx" in line)
+
+
+async def test_half_way_through_a_move_the_search_is_exact_and_skips_the_index_scan(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With FLIP_BATCH rows or more of the user still outside the index, the index leg
+    is not run (an iterative scan for a user with few rows in the index reads its whole
+    budget of other users' rows to find them): the rows already moved are ranked exactly
+    beside the others. Once the move is done, the index leg runs. Fails when the index
+    leg runs as soon as the user has a row in the index."""
+    rng = random.Random(43)
+    user_pk, centre = await heavy_user(engine, rng, 2 * BATCH + MOVING + 5)
+    queries = [near(rng, centre, 1.0) for _ in range(3)] + [unit(rng)]
+
+    pause = Paused(monkeypatch, at={3})
+    move = asyncio.create_task(move_heavy(engine, tenant="default", user_pks=[user_pk]))
+    await pause.reached()  # two batches in the index, MOVING + 5 rows outside
+    assert sum((await ann_of(engine, user_pk)).values()) == 2 * BATCH
+    assert "never executed" in await index_scan(engine, user_pk, queries[0])
+    await assert_searches_exactly(engine, user_pk, queries)
+    pause.resume()
+    await move
+    assert all((await ann_of(engine, user_pk)).values())
+    assert "never executed" not in await index_scan(engine, user_pk, queries[0])
+    await assert_searches_exactly(engine, user_pk, queries)
