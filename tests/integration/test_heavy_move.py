@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -57,10 +57,13 @@ def small_move(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class Paused:
-    """``repo.flip_heavy`` stopped after the statement of the batches named, before their
-    transaction commits, until the test lets it go; records each batch's backend pid."""
+    """The move of ``user_pk``, started, with ``repo.flip_heavy`` stopped after the statement
+    of the batches named, before their transaction commits, until the test lets it go;
+    records each batch's rows moved and backend pid."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, at: set[int]) -> None:
+    def __init__(
+        self, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, user_pk: int, at: set[int]
+    ) -> None:
         self.at = at
         self.batches: list[int] = []
         self.pids: list[int] = []
@@ -71,9 +74,8 @@ class Paused:
         async def paused(conn: AsyncConnection, **kw: Any) -> int:
             moved = await flip(conn, **kw)
             self.batches.append(moved)
-            self.pids.append(
-                await (await driver_connection(conn)).fetchval("SELECT pg_backend_pid()")
-            )
+            db = await driver_connection(conn)
+            self.pids.append(await db.fetchval("SELECT pg_backend_pid()"))
             if len(self.batches) in self.at:
                 self.go_on.clear()
                 self.paused.set()
@@ -81,6 +83,7 @@ class Paused:
             return moved
 
         monkeypatch.setattr(repo, "flip_heavy", paused)
+        self.move = asyncio.create_task(move_heavy(engine, tenant="default", user_pks=[user_pk]))
 
     async def reached(self) -> None:
         await asyncio.wait_for(self.paused.wait(), 60)
@@ -88,6 +91,25 @@ class Paused:
 
     def resume(self) -> None:
         self.go_on.set()
+
+
+@pytest.fixture
+async def paused_move(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Callable[[int, set[int]], Paused]]:
+    """Starts a paused move; a move a failed test left waiting is let go and cancelled."""
+    started: list[Paused] = []
+
+    def start(user_pk: int, at: set[int]) -> Paused:
+        started.append(Paused(engine, monkeypatch, user_pk, at))
+        return started[-1]
+
+    yield start
+    for pause in started:
+        pause.at = set()
+        pause.resume()
+        pause.move.cancel()
+        await asyncio.gather(pause.move, return_exceptions=True)
 
 
 async def searches(engine: AsyncEngine, user_pk: int, queries: list[list[float]]) -> list[Any]:
@@ -135,7 +157,7 @@ async def heavy_user(
 
 
 async def test_a_write_to_the_user_waits_for_one_batch_of_the_move_at_most(
-    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, paused_move: Callable[[int, set[int]], Paused]
 ) -> None:
     """While a batch is uncommitted it holds its own rows alone: a write to any other row
     of the user commits at once (lock_timeout 5 s: none waits), a write to one of its
@@ -148,8 +170,7 @@ async def test_a_write_to_the_user_waits_for_one_batch_of_the_move_at_most(
     queries = [near(rng, centre, 1.0) for _ in range(3)] + [unit(rng)]
     before = await searches(engine, user_pk, queries)
 
-    pause = Paused(monkeypatch, at={1, 2})
-    move = asyncio.create_task(move_heavy(engine, tenant="default", user_pks=[user_pk]))
+    pause = paused_move(user_pk, {1, 2})
     await pause.reached()
     first = await held(engine, user_pk)
     assert len(first) == BATCH
@@ -186,14 +207,14 @@ async def test_a_write_to_the_user_waits_for_one_batch_of_the_move_at_most(
     assert sum((await ann_of(engine, user_pk)).values()) == BATCH
     assert await searches(engine, user_pk, queries) == before  # half-way
     pause.resume()
-    moved = await move
+    moved = await pause.move
     assert moved == 45 and pause.batches == [10, 10, 10, 10, 5]  # 45 - 1 deleted + 1 added
     assert all((await ann_of(engine, user_pk)).values())
     assert await searches(engine, user_pk, queries) == before
 
 
 async def test_a_move_killed_half_way_is_finished_by_the_users_next_job(
-    engine: AsyncEngine, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, settings: Settings, paused_move: Callable[[int, set[int]], Paused]
 ) -> None:
     """The move's backend terminated during its third batch (two committed): that batch
     is undone, the rows of the first two stay in the index, the search answers as before,
@@ -204,14 +225,13 @@ async def test_a_move_killed_half_way_is_finished_by_the_users_next_job(
     queries = [near(rng, centre, 1.0) for _ in range(3)] + [unit(rng)]
     before = await searches(engine, user_pk, queries)
 
-    pause = Paused(monkeypatch, at={3})
-    move = asyncio.create_task(move_heavy(engine, tenant="default", user_pks=[user_pk]))
+    pause = paused_move(user_pk, {3})
     await pause.reached()
     async with engine.connect() as conn:
         await conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pause.pids[-1]})
     pause.resume()
     with pytest.raises(DBAPIError):
-        await move
+        await pause.move
     flags = await ann_of(engine, user_pk)
     assert sum(flags.values()) == 2 * BATCH
     assert await searches(engine, user_pk, queries) == before
@@ -234,11 +254,11 @@ async def index_scan(engine: AsyncEngine, user_pk: int, query: list[float]) -> s
                 "EXPLAIN (ANALYZE, COSTS OFF) " + repo.VECTOR_HNSW, user_pk, query, MODEL, None, 5
             )
         ]
-    return next(line for line in plan if "memories_embedding_hnsw_idx" in line)
+    return str(next(line for line in plan if "memories_embedding_hnsw_idx" in line))
 
 
 async def test_half_way_through_a_move_the_search_is_exact_and_skips_the_index_scan(
-    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, paused_move: Callable[[int, set[int]], Paused]
 ) -> None:
     """With FLIP_BATCH rows or more of the user still outside the index, the index leg
     is not run (an iterative scan for a user with few rows in the index reads its whole
@@ -249,14 +269,13 @@ async def test_half_way_through_a_move_the_search_is_exact_and_skips_the_index_s
     user_pk, centre = await heavy_user(engine, rng, 2 * BATCH + MOVING + 5)
     queries = [near(rng, centre, 1.0) for _ in range(3)] + [unit(rng)]
 
-    pause = Paused(monkeypatch, at={3})
-    move = asyncio.create_task(move_heavy(engine, tenant="default", user_pks=[user_pk]))
+    pause = paused_move(user_pk, {3})
     await pause.reached()  # two batches in the index, MOVING + 5 rows outside
     assert sum((await ann_of(engine, user_pk)).values()) == 2 * BATCH
     assert "never executed" in await index_scan(engine, user_pk, queries[0])
     await assert_searches_exactly(engine, user_pk, queries)
     pause.resume()
-    await move
+    await pause.move
     assert all((await ann_of(engine, user_pk)).values())
     assert "never executed" not in await index_scan(engine, user_pk, queries[0])
     await assert_searches_exactly(engine, user_pk, queries)
