@@ -288,7 +288,10 @@ async def load(url: str, p: Params, c: Corpus) -> dict[str, Any]:
         )
         copy_s = time.perf_counter() - began
         began = time.perf_counter()
-        moved = await mark_heavy(url, list(pk_of.values()))
+        # The heavy users only: a move's batch tests every user it is given for heaviness
+        # (a bounded count of each one's rows), and the others would move nothing.
+        heavy = [pk_of[int(u)] for u in np.flatnonzero(c.sizes > p.exact_scan_max)]
+        moved = await mark_heavy(url, heavy)
         mark_s = time.perf_counter() - began
         workers = max(1, (os.cpu_count() or 2) - 1)
         await conn.execute(f"SET maintenance_work_mem = '{p.maintenance_work_mem}'")

@@ -10,10 +10,10 @@ Either way a search returns min(k, rows of that user) results.
 
 The HNSW index holds only heavy users' rows (``memories.ann``, a partial index): a row
 is written into it when its user has rows there already, and a user's rows are moved
-into it once, by the worker, when the user passes EXACT_SCAN_MAX (FLIP_HEAVY, in short
-batches). Every
-other vector written costs no graph insert. A heavy user's search ranks its rows
-outside the index exactly (VECTOR_HNSW), so it never depends on the move being done.
+into it once, by the worker, in short batches, when the user passes EXACT_SCAN_MAX
+(FLIP_HEAVY). Every other vector written costs no graph insert. A heavy user's search
+ranks its rows outside the index exactly (VECTOR_HNSW), so it never depends on the
+move being done.
 
 The exact scan ranks a user's vectors from their half-precision copies in
 ``memory_vectors`` (narrow rows: a third of the pages), then re-ranks the best by
