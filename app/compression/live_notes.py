@@ -25,12 +25,13 @@ turns state is rendered alone, as the compressor renders a state (``with_notes``
 
 Pure: no I/O. What a user turn says is read once: the worker stores it with the turn
 when it indexes it (``units_record``), the context read hands it in (``LiveTurn.units``);
-a turn not indexed yet, or whose record other rules wrote (``RULES_STAMP``: read from
-the source once, at import), is read here, once per process (memoised by its text).
+a turn not indexed yet, or whose record other rules wrote (``RULES_STAMP``: a digest
+of the rules' code, read at import), is read here, once per process (memoised by its text).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -142,18 +143,41 @@ def _as_turn(text: str) -> TurnView:
     return TurnView(seq=0, role="user", content=text)
 
 
-def _rules_stamp() -> str:
-    """What identifies the rules that read a turn: a digest of the extractor's source
-    and of this module's (the kinds kept, the placeholder). A record stamped by other
-    rules (an upgrade changed them) is read again from the text, never trusted."""
+class _NoDocstrings(ast.NodeTransformer):
+    """Drops every statement that is a bare string (docstrings): it does nothing."""
+
+    def visit_Expr(self, node: ast.Expr) -> ast.Expr | None:
+        value = node.value
+        return None if isinstance(value, ast.Constant) and isinstance(value.value, str) else node
+
+
+def code_digest(source: str) -> str:
+    """A digest of what ``source`` does: its syntax tree without docstrings, comments,
+    line numbers or layout. A comment or docstring edit keeps it; any change of code
+    (a constant, a pattern, a name, a branch) changes it."""
+    tree = _NoDocstrings().visit(ast.parse(source))
+    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+
+
+RULES_MODULES = (
+    *sorted(Path(extract_units.__code__.co_filename).parent.glob("*.py")),
+    Path(__file__),
+)
+
+
+def rules_stamp(paths: Iterable[Path] = RULES_MODULES) -> str:
+    """What identifies the rules that read a turn: a digest of the code of the
+    extractor's modules and of this one (the kinds kept, the placeholder), by file
+    name. A record stamped by other rules (an upgrade changed them) is read again
+    from the text, never trusted; an edit of comments or docstrings alone keeps the
+    stamp, so the stored records stay good."""
     digest = hashlib.sha256()
-    for path in sorted(Path(extract_units.__code__.co_filename).parent.glob("*.py")):
-        digest.update(path.read_bytes())
-    digest.update(Path(__file__).read_bytes())
+    for path in paths:
+        digest.update(f"{path.name}\0{code_digest(path.read_text(encoding='utf-8'))}\n".encode())
     return digest.hexdigest()[:16]
 
 
-RULES_STAMP = _rules_stamp()
+RULES_STAMP = rules_stamp()
 
 
 def record_of(units: Sequence[Unit]) -> str:

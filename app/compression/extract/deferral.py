@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from app.compression.extract.gates import Gated
 from app.compression.extract.patterns import literal_hint
 from app.compression.state import PendingUnit
 from app.compression.text import clip
@@ -165,17 +166,19 @@ HINT_DEFERRAL = literal_hint(
     "|问下|再说|后再|完再|等我|想想|想一|考虑一|考虑考|琢磨|斟酌|看一下|查一下|查查|翻一下"
     "|过几天|改天|通知你"
 )
+# The two asked only of their alternatives that can match (``gates``): a sentence
+# that passes the hint above still holds the words of few of them.
+_DEFERRAL_GATED = Gated(DEFERRAL, HINT_DEFERRAL)
+_PUT_OFF_GATED = Gated(_PUT_OFF, HINT_DEFERRAL)
 # A deferral asked about is a question, not a deferral ("should we wait for Priya?").
 _QUESTION = re.compile(r"[?？]\s*$")
 TEXT_CHARS = 240
 
 
 def is_deferral(sentence: str) -> bool:
-    if HINT_DEFERRAL.search(sentence.lower()) is None:
-        return False
     if _QUESTION.search(sentence) is not None:
-        return _PUT_OFF.search(sentence) is not None
-    return DEFERRAL.search(sentence) is not None
+        return _PUT_OFF_GATED.matches(sentence)
+    return _DEFERRAL_GATED.matches(sentence)
 
 
 # The words of putting something off, and nothing else: what a sentence has beyond

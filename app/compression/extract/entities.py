@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from app.compression.extract.gates import Gated
 from app.compression.state import ArtifactKind
 
 
@@ -134,5 +135,11 @@ def find_artifacts(text: str, *, limit: int = 12) -> list[Found]:
     return list(unique.values())[:limit]
 
 
+# Whether a text holds an amount or a date, asked of the alternatives that can match.
+AMOUNT_GATED = Gated(AMOUNT)
+DATE_GATED = Gated(DATE)
+
+
 def has_amount_or_date(text: str) -> bool:
-    return AMOUNT.search(text) is not None or DATE.search(text) is not None
+    low = text.lower()
+    return AMOUNT_GATED.matches(text, low) or DATE_GATED.matches(text, low)

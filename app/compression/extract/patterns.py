@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from app.compression.extract.gates import Gated, trie
+
 _I = re.IGNORECASE
 
 # --------------------------------------------------------------- sentences, noise
@@ -132,6 +134,8 @@ CONSTRAINT = re.compile(
     r"|show|want|take|buy|pay|run|deploy|touch|modify|edit|change|reply|respond|write)\b"
     r"|\b(?:use|book|choose|pick|select|consider|accept|allow|modify|edit|touch)\s+only\b)"
 )
+# Whether a text states a rule at all, asked of the alternatives that can match.
+CONSTRAINT_GATED = Gated(CONSTRAINT)
 
 # ------------------------------------------------------------------- parameters
 _ZH_SET_VERB = (
@@ -441,31 +445,10 @@ TODO_DONE = re.compile(
 # 100 ms. Each hint must match everything its family can match (a superset).
 
 
-_Trie = dict[str, "_Trie"]
-
-
 def literal_hint(words: str) -> re.Pattern[str]:
-    """A pattern that finds any of the ``|``-separated literals, built as a trie.
-
-    A flat alternation of a hundred literals tries every branch at every position;
-    the trie tries one branch per first character, then one per next character. Only
-    whether some literal occurs matters, so a literal that extends a shorter one is
-    dropped (the shorter one already matches).
-    """
-    root: _Trie = {}
-    for word in words.split("|"):
-        node = root
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def branch(node: _Trie) -> str:
-        if "" in node:
-            return ""
-        parts = [re.escape(ch) + branch(child) for ch, child in sorted(node.items())]
-        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
-
-    return re.compile(branch(root))
+    """A pattern that finds any of the ``|``-separated literals, built as a trie
+    (``gates.trie``): only whether some literal occurs matters."""
+    return trie(words.split("|"))
 
 
 HINT_EMPHASIS = literal_hint(

@@ -251,7 +251,7 @@ def _resolutions(first: str, turn: TurnView, open_refs: list[Ref]) -> tuple[list
     if cue is not None:
         targets = open_refs
         rest = first[cue.end() :]
-        pure = len(normalize(rest)) <= 12 and not patterns.CONSTRAINT.search(first)
+        pure = len(normalize(rest)) <= 12 and not patterns.CONSTRAINT_GATED.matches(first)
     else:
         # A reply that addresses an open question answers it; a yes/no confirmation
         # needs a yes or no.

@@ -25,7 +25,8 @@ from app.compression.extract import patterns
 from app.compression.extract.changes import value_change
 from app.compression.extract.context import Context
 from app.compression.extract.deferral import deferral
-from app.compression.extract.entities import DATE, find_artifacts, has_amount_or_date
+from app.compression.extract.entities import DATE_GATED, find_artifacts, has_amount_or_date
+from app.compression.extract.gates import Gated
 from app.compression.extract.proposal import is_question, proposes
 from app.compression.state import (
     BlockerUnit,
@@ -105,6 +106,15 @@ _TARGET_TRAIL = re.compile(
 )
 
 
+# The families read as yes or no, asked of the alternatives that can match (``gates``),
+# behind the same hints as before.
+_EMPHASIS = Gated(patterns.EMPHASIS, patterns.HINT_EMPHASIS)
+_CONSTRAINT_RULE = Gated(patterns.CONSTRAINT, patterns.HINT_CONSTRAINT)
+_PREFERENCE = Gated(patterns.PREFERENCE, patterns.HINT_PREFERENCE)
+_BLOCKER = Gated(patterns.BLOCKER, patterns.HINT_BLOCKER)
+_DECISION = Gated(patterns.DECISION, patterns.HINT_DECISION)
+
+
 def strip_bullet(text: str) -> str:
     # Most sentences start with a letter: the substitution is not even tried.
     head = text[:1]
@@ -139,9 +149,7 @@ def is_offer(sentence: str) -> bool:
 def emphasized(sentence: str, turn_emphasized: bool) -> bool:
     if turn_emphasized:
         return True
-    return (
-        _hinted(patterns.HINT_EMPHASIS, sentence) and patterns.EMPHASIS.search(sentence) is not None
-    )
+    return _EMPHASIS.matches(sentence, _lower(sentence))
 
 
 # ----------------------------------------------------------------------- families
@@ -255,7 +263,7 @@ def _clean_name(name: str) -> str | None:
     name = patterns.ZH_CLAUSE_LEAD.sub("", name).lstrip("把将 ")
     if not name or len(name) > 32 or len(name.split()) > 4 or patterns.PARAM_NAME_STOP.match(name):
         return None
-    if patterns.CONSTRAINT.search(name):  # "只能用 CPU": 只能 is a rule cue, not a parameter
+    if patterns.CONSTRAINT_GATED.matches(name):  # "只能用 CPU": 只能 is a rule cue, not a parameter
         return None
     return name
 
@@ -295,7 +303,8 @@ def _settings(sentence: str, seq: int, ctx: Context) -> list[ParameterUnit]:
             found.append(_param(m["name"], m["value"], m["old"], seq))
     for m in patterns.EN_SHOULD_BE.finditer(sentence):
         found.append(_param(m["name"], m["value"], None, seq))
-    if not patterns.CONSTRAINT.search(sentence):  # "only use X for Y" is a rule, not a setting
+    # "only use X for Y" is a rule, not a setting
+    if not patterns.CONSTRAINT_GATED.matches(sentence):
         for m in patterns.EN_USE_AS.finditer(sentence):
             found.append(_param(m["name"], m["value"], None, seq))
     for m in patterns.INSTEAD_OF.finditer(sentence):
@@ -386,26 +395,20 @@ def previous_from_constraint(unit: ParameterUnit, ctx: Context) -> str | None:
 
 
 def preference(sentence: str, seq: int, emph: bool) -> PreferenceUnit | None:
-    if (
-        not _hinted(patterns.HINT_PREFERENCE, sentence)
-        or patterns.PREFERENCE.search(sentence) is None
-    ):
+    if not _PREFERENCE.matches(sentence, _lower(sentence)):
         return None
     return PreferenceUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq], emphasized=emph)
 
 
 def constraint(sentence: str, seq: int, emph: bool) -> ConstraintUnit | None:
-    if (
-        not _hinted(patterns.HINT_CONSTRAINT, sentence)
-        or patterns.CONSTRAINT.search(sentence) is None
-    ):
+    if not _CONSTRAINT_RULE.matches(sentence, _lower(sentence)):
         return None
     if is_question(sentence) and not patterns.REQUEST.search(sentence):
         return None
     # "batch size 必须是 32，学习率设为 3e-4": the second clause is a parameter, not
     # part of the rule (and must not be retired with it when batch size changes).
     clauses = _CLAUSE.split(sentence)
-    kept = [c for c in clauses if patterns.CONSTRAINT.search(c) or not _sets_parameter(c)]
+    kept = [c for c in clauses if patterns.CONSTRAINT_GATED.matches(c) or not _sets_parameter(c)]
     text = "，".join(kept) if len(kept) < len(clauses) else sentence
     return ConstraintUnit(text=clip(text, TEXT_CHARS), source_seqs=[seq], emphasized=emph)
 
@@ -414,7 +417,7 @@ def deadline(sentence: str, seq: int, emph: bool) -> ConstraintUnit | None:
     """A milestone with its date, said in passing, binds the work like a rule."""
     if is_question(sentence) or not _hinted(patterns.HINT_MILESTONE, sentence):
         return None
-    if patterns.MILESTONE.search(sentence) is None or DATE.search(sentence) is None:
+    if patterns.MILESTONE.search(sentence) is None or not DATE_GATED.matches(sentence):
         return None
     if is_social(sentence):
         return None
@@ -504,17 +507,13 @@ def todo(sentence: str, seq: int, emph: bool) -> TodoUnit | None:
 
 
 def blocker(sentence: str, seq: int) -> BlockerUnit | None:
-    if is_question(sentence) or not _hinted(patterns.HINT_BLOCKER, sentence):
-        return None
-    if patterns.BLOCKER.search(sentence) is None:
+    if is_question(sentence) or not _BLOCKER.matches(sentence, _lower(sentence)):
         return None
     return BlockerUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])
 
 
 def decision(sentence: str, seq: int) -> DecisionUnit | None:
-    if is_question(sentence) or not _hinted(patterns.HINT_DECISION, sentence):
-        return None
-    if patterns.DECISION.search(sentence) is None:
+    if is_question(sentence) or not _DECISION.matches(sentence, _lower(sentence)):
         return None
     return DecisionUnit(text=clip(sentence, TEXT_CHARS), source_seqs=[seq])
 

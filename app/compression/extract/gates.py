@@ -1,0 +1,310 @@
+"""Whether a long alternation matches, asked of the few alternatives that can.
+
+``re`` tries every alternative of ``a|b|c…`` at every position of the text; the
+deferral cues and the like are seventy alternatives long and most start with ``\\b``,
+which defeats the engine's first-character skip, so a sentence cost about as much as
+seventy searches. Most sentences contain none of the words any alternative needs.
+
+``Gated(pattern)`` answers ``pattern.search(text) is not None`` exactly, cheaper:
+
+* the pattern's source is split into its top-level alternatives, each compiled alone
+  with the same flags (``a|b`` matches somewhere exactly when ``a`` or ``b`` does);
+* each alternative's *requirements* are read from its parsed form: sets of literal
+  strings of which the text must contain one for the alternative to match (the
+  literals it must consume, contiguous across zero-width assertions), in lower case;
+* one search of a trie of each alternative's most telling set, from each position
+  it hits, names the candidate alternatives; only those whose every set occurs in
+  the lower-cased text are searched, and only until one matches.
+
+A requirement is implied by the alternative by construction (``_required``); text
+whose lower case would not line up with it character by character (it holds
+``İ``, ``ı`` or ``ſ``, which ``re.IGNORECASE`` equates with ASCII letters) takes the
+whole pattern instead. Where the parse is not understood, an alternative has no
+requirement and is always a candidate: slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Iterable
+from typing import Any
+
+# The parser of ``re`` (private, untyped): without it every alternative is a candidate.
+try:
+    _c: Any = importlib.import_module("re._constants")
+    _sre_parse: Any = importlib.import_module("re._parser")
+except ImportError:  # pragma: no cover - another Python
+    _sre_parse = None
+
+_LIMIT = 64  # strings a set may hold before it is cut (cross products grow fast)
+_SMALL_CLASS = 8
+_SMALL_REPEAT = 3
+# Characters whose lower case does not line up with what re.IGNORECASE equates them
+# with: "İ".lower() is two characters; "ı" and "ſ" match "i" and "s" but stay themselves.
+_UNALIGNED = ("\u0307", "ı", "ſ")
+
+Req = tuple[frozenset[str], ...]  # every set must have one of its strings in the text
+# Every pattern a ``Gated`` searches besides its own (its alternatives, its trie of
+# keys): module-level, so that the hostile-input harness (tests/unit/test_pattern_cost)
+# finds and runs them too.
+SEARCHED: list[re.Pattern[str]] = []
+_NOTHING = re.compile(r"(?!)")  # the keys of a pattern with no requirements
+
+
+def split_alternatives(source: str) -> list[str]:
+    """The top-level alternatives of a pattern's source (``a|(b|c)|d`` → a, (b|c), d)."""
+    out: list[str] = []
+    depth, start, i, in_class = 0, 0, 0, False
+    while i < len(source):
+        ch = source[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            i += 1 if source[i + 1 : i + 2] == "^" else 0
+            i += 1 if source[i + 1 : i + 2] == "]" else 0  # "[]…]": a literal "]"
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            out.append(source[start:i])
+            start = i + 1
+        i += 1
+    out.append(source[start:])
+    return out
+
+
+# A reference to a group by number would name another group once the alternatives
+# are apart.
+_BACKREFERENCE = re.compile(r"\\[1-9]|\(\?P=|\(\?\(")
+
+
+def _alternatives(pattern: re.Pattern[str]) -> list[str]:
+    """The alternatives to search apart, or the whole pattern when that is not safe."""
+    if _BACKREFERENCE.search(pattern.pattern) is not None:
+        return [pattern.pattern]
+    return split_alternatives(pattern.pattern)
+
+
+def _literal(code: int) -> str | None:
+    """A character a literal stands for in lower-cased text, if it lines up: ASCII
+    (what re.IGNORECASE equates with it lowers to it, ``_UNALIGNED`` aside) or caseless."""
+    ch = chr(code)
+    if ch.isascii() or ch.lower() == ch == ch.upper():
+        return ch.lower()
+    return None
+
+
+def _exact(op: Any, av: Any) -> set[str] | None:
+    """Every string ``op`` can match (lower case), when there are few; else None."""
+    if op is _c.LITERAL:
+        ch = _literal(av)
+        return None if ch is None else {ch}
+    if op is _c.IN:
+        chars: set[str] = set()
+        for item_op, item in av:
+            ch = _literal(item) if item_op is _c.LITERAL else None
+            if ch is None:
+                return None
+            chars.add(ch)
+        return chars if len(chars) <= _SMALL_CLASS else None
+    if op in (_c.AT, _c.ASSERT, _c.ASSERT_NOT):
+        return {""}  # zero-width: what is consumed either side is contiguous
+    if op is _c.SUBPATTERN:
+        return _seq_exact(av[3])
+    if op is _c.ATOMIC_GROUP:
+        return _seq_exact(av)
+    if op in (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT):
+        low, high, sub = av
+        each = _seq_exact(sub) if high <= _SMALL_REPEAT else None
+        if each is None:
+            return None
+        out: set[str] = set()
+        run = {""}
+        for k in range(high + 1):
+            out |= run if k >= low else set()
+            run = {a + b for a in run for b in each}
+            if len(out) > _LIMIT or len(run) > _LIMIT:
+                return None
+        return out
+    if op is _c.BRANCH:
+        union: set[str] = set()
+        for alt in av[1]:
+            each = _seq_exact(alt)
+            if each is None:
+                return None
+            union |= each
+        return union if len(union) <= _LIMIT else None
+    return None
+
+
+def _seq_exact(seq: Any) -> set[str] | None:
+    strings = {""}
+    for op, av in seq:
+        each = _exact(op, av)
+        if each is None:
+            return None
+        strings = {a + b for a in strings for b in each}
+        if len(strings) > _LIMIT:
+            return None
+    return strings
+
+
+def _inner(op: Any, av: Any) -> list[frozenset[str]]:
+    """What a node whose strings are not few still requires."""
+    if op is _c.SUBPATTERN:
+        return _required(av[3])
+    if op is _c.ATOMIC_GROUP:
+        return _required(av)
+    if op in (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT):
+        return _required(av[2]) if av[0] >= 1 else []
+    if op is _c.BRANCH:
+        # One set of each alternative: one of their strings occurs, whichever matched.
+        picked: list[frozenset[str]] = []
+        for alt in av[1]:
+            sets = _required(alt)
+            if not sets:
+                return []
+            picked.append(_telling(sets))
+        return [frozenset().union(*picked)]
+    return []
+
+
+def _required(seq: Any) -> list[frozenset[str]]:
+    """Sets of strings a match of ``seq`` consumes one of each of: the runs of nodes
+    whose strings are few, joined, and what the other nodes require."""
+    sets: list[frozenset[str]] = []
+    run = {""}
+    for op, av in seq:
+        each = _exact(op, av)
+        if each is not None:
+            joined = {a + b for a in run for b in each}
+            if len(joined) > _LIMIT:
+                sets += [frozenset(run)] if "" not in run else []
+                joined = set(each)
+            run = joined
+            continue
+        sets += [frozenset(run)] if "" not in run else []
+        run = {""}
+        sets += _inner(op, av)
+    sets += [frozenset(run)] if "" not in run else []
+    return list(dict.fromkeys(sets))
+
+
+def _weight(s: str) -> int:
+    return sum(2 if ord(ch) >= 0x2E80 else 1 for ch in s)  # a CJK character says more
+
+
+def _telling(sets: list[frozenset[str]]) -> frozenset[str]:
+    """The set least likely to occur by chance: its shortest string longest."""
+    return max(sets, key=lambda s: (min(map(_weight, s)), -len(s)))
+
+
+def requirements(source: str, flags: int) -> Req:
+    """What text must contain (lower-cased) for ``source`` to match: () when unknown."""
+    if _sre_parse is None:  # pragma: no cover
+        return ()
+    try:
+        parsed = _sre_parse.parse(source, flags)
+    except Exception:  # a form this reader does not know: no requirement
+        return ()
+    sets = _required(list(parsed))
+    return tuple(sorted(sets, key=lambda s: (min(map(_weight, s)), -len(s)), reverse=True))
+
+
+_Trie = dict[str, "_Trie"]
+
+
+def trie(words: Iterable[str]) -> re.Pattern[str]:
+    """A pattern that finds the shortest of ``words`` starting at a position, built as
+    a trie: a flat alternation of a hundred literals tries every branch at every
+    position; the trie tries one branch per first character, then one per next
+    character (and ``re`` skips a position on its first character). A word that
+    extends a shorter one is dropped: the shorter one already matches there."""
+    root: _Trie = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def branch(node: _Trie) -> str:
+        if "" in node:
+            return ""
+        parts = [re.escape(ch) + branch(child) for ch, child in sorted(node.items())]
+        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    return re.compile(branch(root))
+
+
+class Gated:
+    """``pattern.search(text) is not None``, asked only of the alternatives whose
+    literals ``text`` contains (module docstring).
+
+    ``hint``: a cheaper pattern the caller searched in the lower-cased text first
+    (``literal_hint``): the answer is still ``hint`` and ``pattern``, but the hint is
+    searched only once an alternative matched, and not at all when that alternative
+    requires a string that holds a hint word (its match implies the hint).
+    """
+
+    def __init__(self, pattern: re.Pattern[str], hint: re.Pattern[str] | None = None):
+        self.pattern, self.hint = pattern, hint
+        sources = _alternatives(pattern)
+        self.parts = tuple(re.compile(s, pattern.flags) for s in sources)
+        self.needs = tuple(requirements(s, pattern.flags) for s in sources)
+        if len(self.parts) > 1 and any(p.flags != pattern.flags for p in self.parts):
+            self.parts, self.needs = (pattern,), ((),)  # a global inline flag: whole
+        self.implies = tuple(
+            hint is None or any(all(hint.search(w) for w in strings) for strings in need)
+            for need in self.needs
+        )
+        self.always = frozenset(i for i, need in enumerate(self.needs) if not need)
+        keys = {w for need in self.needs if need for w in need[0]}
+        self.keys = trie(keys) if keys else _NOTHING
+        # The trie finds the shortest key at a position: each names the alternatives
+        # one of whose telling strings starts with it.
+        SEARCHED.extend(self.patterns())
+        self.by_key = {
+            key: tuple(
+                i
+                for i, need in enumerate(self.needs)
+                if need and any(w.startswith(key) for w in need[0])
+            )
+            for key in keys
+        }
+
+    def patterns(self) -> tuple[re.Pattern[str], ...]:
+        """The patterns searched besides ``pattern`` (for the hostile-input harness)."""
+        return (*self.parts, self.keys)
+
+    def candidates(self, low: str) -> list[int]:
+        """The alternatives whose every required set occurs in ``low``, in order."""
+        m = self.keys.search(low)
+        if m is None and not self.always:
+            return []  # most texts: one search of the trie
+        found = set(self.always)
+        while m is not None and len(found) < len(self.parts):
+            found.update(self.by_key[m.group()])
+            m = self.keys.search(low, m.start() + 1)
+        needs = self.needs
+        return [
+            i for i in sorted(found) if all(any(w in low for w in strings) for strings in needs[i])
+        ]
+
+    def matches(self, text: str, low: str | None = None) -> bool:
+        """``hint.search(low) and pattern.search(text)``; ``low`` is ``text.lower()``."""
+        low = text.lower() if low is None else low
+        if not low.isascii() and any(ch in low for ch in _UNALIGNED):
+            return self._hinted(low) and self.pattern.search(text) is not None
+        for i in self.candidates(low):
+            if self.parts[i].search(text) is not None:
+                return self.implies[i] or self._hinted(low)
+        return False
+
+    def _hinted(self, low: str) -> bool:
+        return self.hint is None or self.hint.search(low) is not None
