@@ -1,0 +1,81 @@
+"""``RULES_STAMP`` follows the rules' code, not their comments (on copies of the modules).
+
+A stored units record carries the stamp of the rules that read it; a record with
+another stamp is read again from the text. An edit of comments or docstrings must
+keep the stamp (else an upgrade re-reads every stored turn for nothing), and any
+change of code must change it (else stale units are trusted). On the previous stamp
+(a digest of the files' bytes) the first test fails.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app.compression.live_notes import RULES_MODULES, RULES_STAMP, code_digest, rules_stamp
+
+
+@pytest.fixture
+def copies(tmp_path: Path) -> dict[str, Path]:
+    out = {}
+    for path in RULES_MODULES:
+        out[path.name] = Path(shutil.copy(path, tmp_path / path.name))
+    return out
+
+
+def _stamp(copies: dict[str, Path]) -> str:
+    return rules_stamp(sorted(copies.values(), key=lambda p: (p.name == "live_notes.py", p.name)))
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def test_the_copies_have_the_stamp_of_the_modules(copies: dict[str, Path]) -> None:
+    assert _stamp(copies) == RULES_STAMP
+
+
+def test_comments_docstrings_and_layout_keep_the_stamp(copies: dict[str, Path]) -> None:
+    _edit(copies["patterns.py"], "_I = re.IGNORECASE\n", "_I = re.IGNORECASE  # case apart\n")
+    _edit(copies["rules.py"], '"""RuleExtractor:', '"""RuleExtractor (reworded):')
+    _edit(copies["deferral.py"], "def is_deferral(", "# a new comment line\n\n\ndef is_deferral(")
+    _edit(
+        copies["live_notes.py"],
+        'def turn_units(text: str) -> tuple[Unit, ...]:\n    """',
+        'def turn_units(text: str) -> tuple[Unit, ...]:\n    """Reworded. ',
+    )
+    assert _stamp(copies) == RULES_STAMP
+
+
+@pytest.mark.parametrize(
+    ("module", "old", "new"),
+    [
+        ("rules.py", "MAX_SENTENCE_CHARS = 2_000", "MAX_SENTENCE_CHARS = 2_001"),  # a constant
+        ("deferral.py", r'r"\b(?:park|shelve', r'r"\b(?:parks|shelve'),  # a pattern
+        ("patterns.py", '"important|critical|', '"important|crucially|critical|'),  # a hint
+        ("live_notes.py", '"todo", "pending"', '"todo", "fact", "pending"'),  # the kinds kept
+        ("gates.py", "_SMALL_CLASS = 8", "_SMALL_CLASS = 9"),
+        (
+            "sentence.py",
+            "turn_emphasized:\n        return True",
+            "turn_emphasized:\n        return False",
+        ),
+    ],
+)
+def test_a_change_of_code_changes_the_stamp(
+    copies: dict[str, Path], module: str, old: str, new: str
+) -> None:
+    _edit(copies[module], old, new)
+    assert _stamp(copies) != RULES_STAMP
+
+
+def test_the_digest_is_of_the_code() -> None:
+    assert code_digest("x = 1  # one\n") == code_digest('"""Doc."""\n\nx = (\n    1\n)\n')
+    assert code_digest("x = 1\n") != code_digest("x = 2\n")
+    assert code_digest("def f():\n    '''Doc.'''\n    return 1\n") == code_digest(
+        "def f():\n    return 1\n"
+    )
