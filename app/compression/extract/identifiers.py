@@ -38,6 +38,9 @@ _QUESTION = re.compile(r"[?？]\s*$|(?:吗|呢)[\s。.]*$")
 _OWNED = re.compile(r"\b(?:my|our|mine)\b|我的?|我们的?|本人", _I)
 _PAYMENT = re.compile(r"card|visa|master|amex|信用卡|银行卡|借记卡", _I)
 _PAN = re.compile(r"\d{13,19}|\d{4}(?:[ -]\d{4}){2}[ -]\d{1,7}")
+# What each pattern above cannot match without: a digit (``_TOKEN``'s lookahead) or an
+# "@" (``_EMAIL``). Most sentences have neither.
+_DIGIT = re.compile(r"\d")
 
 
 def identifier_units(sentence: str, seq: int) -> list[HighStakesUnit]:
@@ -47,6 +50,8 @@ def identifier_units(sentence: str, seq: int) -> list[HighStakesUnit]:
     something browsed, not theirs: in a question only an identifier said to be
     theirs ("my order number is …", "我的工号…") counts.
     """
+    if "@" not in sentence and _DIGIT.search(sentence) is None:
+        return []
     found: list[tuple[str, str]] = []
     asking = _QUESTION.search(sentence) is not None
     for pattern in (_EN, _EN_AFTER, _ZH):
