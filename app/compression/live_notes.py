@@ -31,7 +31,6 @@ of the rules' code, read at import), is read here, once per process (memoised by
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import re
@@ -40,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -143,20 +143,40 @@ def _as_turn(text: str) -> TurnView:
     return TurnView(seq=0, role="user", content=text)
 
 
-class _NoDocstrings(ast.NodeTransformer):
-    """Drops every statement that is a bare string (docstrings): it does nothing."""
-
-    def visit_Expr(self, node: ast.Expr) -> ast.Expr | None:
-        value = node.value
-        return None if isinstance(value, ast.Constant) and isinstance(value.value, str) else node
-
-
 def code_digest(source: str) -> str:
-    """A digest of what ``source`` does: its syntax tree without docstrings, comments,
-    line numbers or layout. A comment or docstring edit keeps it; any change of code
-    (a constant, a pattern, a name, a branch) changes it."""
-    tree = _NoDocstrings().visit(ast.parse(source))
-    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+    """A digest of what ``source`` computes: its bytecode, names and constants, compiled
+    as ``python -OO`` does (without docstrings' text and asserts: an assert only guards),
+    and none of its line numbers or file name. An edit of comments, docstrings or layout
+    keeps it (adding or removing a whole docstring does not: it is a statement); any
+    change of code (a constant, a pattern, a name, a branch) changes it."""
+    return hashlib.sha256(
+        repr(_canonical(compile(source, "rules", "exec", optimize=2))).encode()
+    ).hexdigest()
+
+
+def _canonical(value: object) -> object:
+    """``value`` (a code object or a constant) as a value whose repr is the same in
+    every process: without positions, a set's members in a fixed order."""
+    if isinstance(value, CodeType):
+        return (
+            value.co_name,
+            value.co_code,
+            value.co_exceptiontable,
+            value.co_flags,
+            value.co_argcount,
+            value.co_posonlyargcount,
+            value.co_kwonlyargcount,
+            value.co_names,
+            value.co_varnames,
+            value.co_freevars,
+            value.co_cellvars,
+            tuple(_canonical(c) for c in value.co_consts),
+        )
+    if isinstance(value, frozenset):
+        return ("frozenset", sorted(repr(_canonical(v)) for v in value))
+    if isinstance(value, tuple):
+        return tuple(_canonical(v) for v in value)
+    return value
 
 
 RULES_MODULES = (

@@ -25,6 +25,7 @@ requirement and is always a candidate: slower, never wrong.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import re
 from collections.abc import Iterable
@@ -242,6 +243,15 @@ def trie(words: Iterable[str]) -> re.Pattern[str]:
     return re.compile(branch(root))
 
 
+def _implies(needs: tuple[Req, ...], hint: re.Pattern[str] | None) -> tuple[bool, ...]:
+    """For each alternative, whether its match implies ``hint``: one of its required
+    sets has a hint word in each of its strings."""
+    return tuple(
+        hint is None or any(all(hint.search(w) for w in strings) for strings in need)
+        for need in needs
+    )
+
+
 class Gated:
     """``pattern.search(text) is not None``, asked only of the alternatives whose
     literals ``text`` contains (module docstring).
@@ -259,24 +269,25 @@ class Gated:
         self.needs = tuple(requirements(s, pattern.flags) for s in sources)
         if len(self.parts) > 1 and any(p.flags != pattern.flags for p in self.parts):
             self.parts, self.needs = (pattern,), ((),)  # a global inline flag: whole
-        self.implies = tuple(
-            hint is None or any(all(hint.search(w) for w in strings) for strings in need)
-            for need in self.needs
-        )
+        self.implies = _implies(self.needs, hint)
         self.always = frozenset(i for i, need in enumerate(self.needs) if not need)
         keys = {w for need in self.needs if need for w in need[0]}
         self.keys = trie(keys) if keys else _NOTHING
+        SEARCHED.extend(self.patterns())
         # The trie finds the shortest key at a position: each names the alternatives
         # one of whose telling strings starts with it.
-        SEARCHED.extend(self.patterns())
-        self.by_key = {
-            key: tuple(
-                i
-                for i, need in enumerate(self.needs)
-                if need and any(w.startswith(key) for w in need[0])
-            )
-            for key in keys
-        }
+        self.by_key: dict[str, list[int]] = {key: [] for key in keys}
+        for i, need in enumerate(self.needs):
+            for key in {w[:n] for w in (need[0] if need else ()) for n in range(1, len(w) + 1)}:
+                if key in self.by_key:
+                    self.by_key[key].append(i)
+
+    def behind(self, hint: re.Pattern[str]) -> Gated:
+        """The same alternatives behind ``hint`` (nothing compiled again)."""
+        other = copy.copy(self)
+        other.hint = hint
+        other.implies = _implies(self.needs, hint)
+        return other
 
     def patterns(self) -> tuple[re.Pattern[str], ...]:
         """The patterns searched besides ``pattern`` (for the hostile-input harness)."""

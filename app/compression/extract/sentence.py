@@ -109,7 +109,7 @@ _TARGET_TRAIL = re.compile(
 # The families read as yes or no, asked of the alternatives that can match (``gates``),
 # behind the same hints as before.
 _EMPHASIS = Gated(patterns.EMPHASIS, patterns.HINT_EMPHASIS)
-_CONSTRAINT_RULE = Gated(patterns.CONSTRAINT, patterns.HINT_CONSTRAINT)
+_CONSTRAINT_RULE = patterns.CONSTRAINT_GATED.behind(patterns.HINT_CONSTRAINT)
 _PREFERENCE = Gated(patterns.PREFERENCE, patterns.HINT_PREFERENCE)
 _BLOCKER = Gated(patterns.BLOCKER, patterns.HINT_BLOCKER)
 _DECISION = Gated(patterns.DECISION, patterns.HINT_DECISION)

@@ -9,7 +9,10 @@ change of code must change it (else stale units are trusted). On the previous st
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,8 +77,35 @@ def test_a_change_of_code_changes_the_stamp(
 
 
 def test_the_digest_is_of_the_code() -> None:
-    assert code_digest("x = 1  # one\n") == code_digest('"""Doc."""\n\nx = (\n    1\n)\n')
-    assert code_digest("x = 1\n") != code_digest("x = 2\n")
-    assert code_digest("def f():\n    '''Doc.'''\n    return 1\n") == code_digest(
-        "def f():\n    return 1\n"
+    assert code_digest('"""Doc."""\nx = 1  # one\n') == code_digest(
+        '"""Another doc,\nlonger."""\n\nx = (\n    1\n)\n'
     )
+    assert code_digest("x = 1\n") != code_digest("x = 2\n")
+    assert code_digest("y = x in {'a', 'b'}\n") == code_digest("y = x in {'b', 'a'}\n")
+    assert code_digest("def f():\n    '''Doc.'''\n    return 1\n") == code_digest(
+        "def f():\n    '''Other.'''\n\n    return 1  # the one\n"
+    )
+
+
+# The stamp, and the digest of code holding a set constant, as another process computes them.
+_STAMPS = (
+    "from app.compression.live_notes import RULES_STAMP, code_digest\n"
+    'print(RULES_STAMP, code_digest(\'y = x in {"ab", "cd", "ef", "gh", "ij"}\'))'
+)
+
+
+def test_every_process_has_the_same_stamp() -> None:
+    """Set constants iterate in an order each process's string hashing decides: a stamp
+    that followed it would make every record "other rules" in the next process."""
+    said = {
+        subprocess.run(
+            [sys.executable, "-c", _STAMPS],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for seed in ("1", "2", "3", "4")
+    }
+    assert len(said) == 1
+    assert said.pop().split()[0] == RULES_STAMP
