@@ -9,6 +9,7 @@ change of code must change it (else stale units are trusted). On the previous st
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -29,7 +30,7 @@ def copies(tmp_path: Path) -> dict[str, Path]:
 
 
 def _stamp(copies: dict[str, Path]) -> str:
-    return rules_stamp(sorted(copies.values(), key=lambda p: (p.name == "live_notes.py", p.name)))
+    return rules_stamp(copies.values())
 
 
 def _edit(path: Path, old: str, new: str) -> None:
@@ -73,6 +74,47 @@ def test_a_change_of_code_changes_the_stamp(
     copies: dict[str, Path], module: str, old: str, new: str
 ) -> None:
     _edit(copies[module], old, new)
+    assert _stamp(copies) != RULES_STAMP
+
+
+_ROOT = Path(__file__).resolve().parents[3]
+
+
+def _imported(path: Path) -> set[Path]:
+    """The modules of the app that ``path`` imports (``from app.x import y``: x, or x.y)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or node.module is None:
+            continue
+        if node.module.startswith("app."):
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            for name in names:
+                base = _ROOT.joinpath(*name.split("."))
+                out |= {p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()}
+    return out
+
+
+def test_the_stamp_covers_every_module_the_rules_import() -> None:
+    """A module the extractor imports, however indirectly, shapes the units stored (the
+    state's units, the text's normalising): left out, a change to it would keep the
+    stamp, and stored records made by the old code would be trusted."""
+    found, todo = set(), [_ROOT / "app/compression/extract/rules.py"]
+    while todo:
+        module = todo.pop()
+        if module not in found:
+            found.add(module)
+            todo += _imported(module)
+    stamped = {path.resolve() for path in RULES_MODULES}
+    assert {module.resolve() for module in found} <= stamped
+    assert len({path.name for path in RULES_MODULES}) == len(RULES_MODULES)  # keyed by name
+
+
+def test_a_change_of_a_module_the_rules_import_changes_the_stamp(
+    copies: dict[str, Path],
+) -> None:
+    _edit(
+        copies["text.py"], "def normalize(", "def _unused() -> None:\n    pass\n\n\ndef normalize("
+    )
     assert _stamp(copies) != RULES_STAMP
 
 
