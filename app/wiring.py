@@ -45,6 +45,7 @@ from app.services.memory_jobs import (
     promote,
     sweep_expired,
 )
+from app.services.read_units import read_units
 from app.services.sessions import recount_tokens
 from app.stores import queue
 from app.stores.engine import make_engine
@@ -101,6 +102,7 @@ def build_handlers(
     handlers: dict[str, Handler] = {
         recount_tokens.kind: recount_tokens.bind(None),
         compress.kind: compress.bind(compression_deps),
+        read_units.kind: read_units.bind(None),
     }
     if embedder is not None:
         memory = MemoryDeps(settings=settings, embedder=embedder)

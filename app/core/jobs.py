@@ -17,6 +17,7 @@ class JobKind(StrEnum):
     INDEX_SESSION = "index_session"
     EMBED_MEMORIES = "embed_memories"
     RECOUNT_TOKENS = "recount_tokens"
+    READ_UNITS = "read_units"
 
     @property
     def priority(self) -> int:
@@ -25,8 +26,12 @@ class JobKind(StrEnum):
 
 
 # Compression shapes the very next context; promotion and indexing only feed
-# long-term memory and can wait.
+# long-term memory and can wait. Reading a bulk post's units goes first of all: it
+# costs a few ms of CPU a session, and until it is done every API process reads those
+# turns from their text on its first context read of the session (13-19 ms of the
+# event loop each), and a compression reads them again for the turns it leaves live.
 _PRIORITY: dict[str, int] = {
+    JobKind.READ_UNITS: 15,
     JobKind.COMPRESS: 10,
     JobKind.PROMOTE: 5,
     JobKind.RECOUNT_TOKENS: 5,

@@ -60,23 +60,32 @@ class Ingested:
 
 # What a user turn states (its units: the rules, pinned facts, next steps and open items
 # a context read adds while the turn is live) is read here, once, so that no context
-# read has to read it from the text before the worker indexes the turn: for the post of
-# a conversation (user texts of at most UNITS_POST_CHARS in all). The rule extractor
-# costs about 3 ms of CPU per 1,000 characters: read at ingest, a bulk post of 100
-# messages would cost twice as much (batched ingest halved); its turns are read by the
-# worker when it indexes them (``units IS NULL``), and meanwhile once per process by
-# the reads (``live_notes.KEPT_READINGS``).
+# read has to read it from the text: for the post of a conversation (user texts of at
+# most UNITS_POST_CHARS in all). The rule extractor costs about 3 ms of CPU per 1,000
+# characters: read at ingest, a bulk post of 100 messages would cost twice as much
+# (batched ingest halved). A bulk post's turns are read by the worker: the post
+# enqueues a units job, claimed before every other kind (``services/read_units.py``);
+# until it runs, once per process by the reads (``live_notes.KEPT_READINGS``).
 UNITS_POST_CHARS = 2_000
+
+
+def _said(turns: Sequence[PreparedTurn]) -> list[str | None]:
+    """Each turn's text if it is a user turn with text, else None."""
+    return [t.content if t.role == "user" and t.content else None for t in turns]
+
+
+def bulk_post(turns: Sequence[PreparedTurn]) -> bool:
+    """Whether the post's user texts exceed ``UNITS_POST_CHARS``: its units are left to
+    the worker."""
+    return sum(len(text) for text in _said(turns) if text) > UNITS_POST_CHARS
 
 
 def units_at_ingest(turns: Sequence[PreparedTurn]) -> list[str | None]:
     """Each turn's units record (``live_notes.units_record``), or None: not a user turn
-    with text, or a post whose user texts exceed ``UNITS_POST_CHARS`` (left to the
-    worker)."""
-    said = [t.content if t.role == "user" and t.content else None for t in turns]
-    if sum(len(text) for text in said if text) > UNITS_POST_CHARS:
+    with text, or a bulk post (``bulk_post``: left to the worker)."""
+    if bulk_post(turns):
         return [None] * len(turns)
-    return [units_record(text) if text else None for text in said]
+    return [units_record(text) if text else None for text in _said(turns)]
 
 
 def _generated_id() -> str:
@@ -162,6 +171,14 @@ async def ingest_turns(
             if index
             else None,
         )
+        if index and bulk_post(turns):
+            await queue.enqueue(
+                conn,
+                tenant_id=tenant,
+                session_id=sid,
+                kind=JobKind.READ_UNITS,
+                max_attempts=job_max_attempts,
+            )
         history_tokens = bumped.history_tokens
         counters = SessionCounters(
             session_pk=sid,

@@ -12,8 +12,14 @@ from app.wiring import build_handlers
 
 
 def test_compression_is_claimed_before_background_work() -> None:
-    background = [k for k in JobKind if k is not JobKind.COMPRESS]
+    background = [k for k in JobKind if k not in (JobKind.COMPRESS, JobKind.READ_UNITS)]
     assert all(JobKind.COMPRESS.priority > k.priority for k in background)
+
+
+def test_a_bulk_posts_units_are_read_before_anything_else() -> None:
+    # A few ms a session; until then every API process reads the turns on a context read.
+    others = [k for k in JobKind if k is not JobKind.READ_UNITS]
+    assert all(JobKind.READ_UNITS.priority > k.priority for k in others)
 
 
 def test_every_kind_has_a_handler_when_long_term_memory_is_on() -> None:
