@@ -26,7 +26,8 @@ turns state is rendered alone, as the compressor renders a state (``with_notes``
 Pure: no I/O. What a user turn says is read once: the worker stores it with the turn
 when it indexes it (``units_record``), the context read hands it in (``LiveTurn.units``);
 a turn not indexed yet, or whose record other rules wrote (``RULES_STAMP``: a digest
-of the rules' code, read at import), is read here, once per process (memoised by its text).
+of the rules' code, read at import), is read here, once per process (memoised by its text),
+until the next job that reads the turn (index, units, compression) stores its record.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from app.compression.diff import diff_summary
 from app.compression.extract.base import Extractor
 from app.compression.extract.fallback import ExtractionResult, extract_with_fallback
 from app.compression.extract.isolated import ExtractionDeadline
-from app.compression.live_notes import units_record
+from app.compression.live_notes import RULES_STAMP, units_record
 from app.compression.merge import merge, state_texts, unit_texts
 from app.compression.notice import notice_line
 from app.compression.render import detect_language, render_tiers
@@ -171,7 +171,7 @@ async def compress(ctx: JobContext, deps: CompressionDeps) -> None:
         return
     trigger = as_trigger(str(ctx.job.payload.get("trigger") or "token_threshold"))
     async with ctx.engine.connect() as conn:
-        snap = await repo.snapshot(conn, session_pk=ctx.job.session_id)
+        snap = await repo.snapshot(conn, session_pk=ctx.job.session_id, rules=RULES_STAMP)
         # What this session writes to its task's shared state is shown there, once.
         shared = await task_service.private_sections(conn, session_pk=ctx.job.session_id)
     if snap is None:
@@ -254,7 +254,9 @@ async def compress(ctx: JobContext, deps: CompressionDeps) -> None:
             record=record,
             notice=notice_line(change_summary, language),
         )
-        await sessions.set_turn_units(conn, session_pk=snap.session_pk, units=live_units)
+        await sessions.set_turn_units(
+            conn, session_pk=snap.session_pk, units=live_units, rules=RULES_STAMP
+        )
         await task_service.contribute_in(
             conn,
             session_pk=snap.session_pk,

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.compression.live_notes import units_record
+from app.compression.live_notes import RULES_STAMP, units_record
 from app.compression.state import TaskState
 from app.compression.triggers import goal_drift, watches_drift
 from app.core.config import Settings
@@ -277,7 +277,7 @@ async def index_session(ctx: JobContext, deps: MemoryDeps) -> None:
             if head is None:
                 continue  # the session was deleted meanwhile
             turns, newest_pk, unread = await sessions.turns_after_marked(
-                conn, session_pk=head.id, after_seq=head.episode_seq
+                conn, session_pk=head.id, after_seq=head.episode_seq, rules=RULES_STAMP
             )
             if turns and newest_pk is not None:
                 run = plan_index(head, turns, newest_pk, deps.settings, unread)
@@ -300,7 +300,7 @@ async def _apply_index(
     head, settings = run.head, deps.settings
     if not await sessions.index_read_current(conn, tenant=head.tenant_id, read=run.read):
         return
-    await sessions.set_turn_units(conn, session_pk=head.id, units=run.units)
+    await sessions.set_turn_units(conn, session_pk=head.id, units=run.units, rules=RULES_STAMP)
     await repo.drop_open_episodes(conn, tenant=head.tenant_id, session_pk=head.id)
     await repo.insert_indexed(
         conn,

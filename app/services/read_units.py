@@ -12,9 +12,10 @@ the index job would read (after the session's closed episodes, ``units IS NULL``
 stores their records.
 
 Idempotent, and safe beside the index job, a compression and a pop: each of them
-stores a turn's record only where none is stored yet (``sessions.set_turn_units``),
-read by the same rules from the same text, so whoever comes first stores the record
-the others would have; a turn popped, or a session deleted, meanwhile is not written.
+stores a turn's record only where none is stored yet, or other rules stored it (an
+upgrade changed them; ``sessions.set_turn_units``), read by the same rules from the
+same text, so whoever comes first stores the record the others would have; a turn
+popped, or a session deleted, meanwhile is not written.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.compression.live_notes import units_record
+from app.compression.live_notes import RULES_STAMP, units_record
 from app.core.jobs import JobKind
 from app.services.jobs import JobContext, job
 from app.stores import sessions
@@ -45,7 +46,7 @@ async def read_units(ctx: JobContext, deps: None) -> None:
         if sid is None or unread is None:
             continue  # the session was deleted meanwhile, and its job with it
         records = await records_of(unread)
-        store = partial(sessions.set_turn_units, session_pk=sid, units=records)
+        store = partial(sessions.set_turn_units, session_pk=sid, units=records, rules=RULES_STAMP)
         await ctx.commit(store, of=claimed)
 
 
@@ -57,7 +58,7 @@ async def unread_turns(engine: AsyncEngine, *, session_pk: int) -> list[tuple[in
         if head is None:
             return None
         _, _, unread = await sessions.turns_after_marked(
-            conn, session_pk=head.id, after_seq=head.episode_seq
+            conn, session_pk=head.id, after_seq=head.episode_seq, rules=RULES_STAMP
         )
     return unread
 

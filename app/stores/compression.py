@@ -51,11 +51,10 @@ SNAPSHOT_HEAD = text("""
 """)
 
 # live_turns: every turn not yet compacted, oldest first (and which are user turns whose
-# units are not stored yet).
-LIVE_TURNS = text("""
+# units are to be read: sessions.UNREAD).
+LIVE_TURNS = text(f"""
     SELECT id, external_id, seq, role, content, tool_calls, tool_call_id, name, tokens,
-           emphasized, metadata, created_at,
-           role = 'user' AND content IS NOT NULL AND units IS NULL AS unread
+           emphasized, metadata, created_at, {sessions.UNREAD} AS unread
     FROM turns WHERE session_id = :sid AND NOT compacted ORDER BY seq
 """)
 
@@ -97,12 +96,14 @@ async def stored_state(conn: AsyncConnection, *, session_pk: int) -> Any:
     return raw or None
 
 
-async def snapshot(conn: AsyncConnection, *, session_pk: int) -> Snapshot | None:
+async def snapshot(conn: AsyncConnection, *, session_pk: int, rules: str) -> Snapshot | None:
+    """The session as a compression starts from; ``unread``: the live user turns whose
+    units are to be read by ``rules`` (sessions.UNREAD)."""
     head = (await conn.execute(SNAPSHOT_HEAD, {"sid": session_pk})).first()
     if head is None:
         return None
     raw_state = head.state if head.state is not None else {}
-    rows = (await conn.execute(LIVE_TURNS, {"sid": session_pk})).all()
+    rows = (await conn.execute(LIVE_TURNS, {"sid": session_pk, "rules": rules})).all()
     live = [(r.id, r.external_id, r.tokens, turn_view(r)) for r in rows]
     return Snapshot(
         session_pk=head.id,

@@ -439,20 +439,29 @@ INDEX_HEAD = text("""
     WHERE s.id = :sid
 """)
 
+# A user turn whose units are to be read: none stored, or stored by other rules than
+# :rules (``live_notes.RULES_STAMP``; an upgrade changed them). Such a record is never
+# trusted by a read, which reads the turn from its text instead, once per process; the
+# next job that reads the turn stores its record again.
+UNREAD = """role = 'user' AND content IS NOT NULL
+           AND (units IS NULL OR units->>'rules' IS DISTINCT FROM :rules)"""
+
 # The turns not yet covered by a closed episode, oldest first, and which of them are
-# user turns whose units are not stored yet.
-UNINDEXED_TURNS = text("""
+# user turns whose units are to be read (UNREAD).
+UNINDEXED_TURNS = text(f"""
     SELECT id, seq, role, content, tool_calls, tool_call_id, name, metadata, created_at,
-           role = 'user' AND content IS NOT NULL AND units IS NULL AS unread
+           {UNREAD} AS unread
     FROM turns WHERE session_id = :sid AND seq > :after ORDER BY seq
 """)
 
-# set_turn_units: what each user turn states (JSON text by row id), stored once; a turn
-# popped since the read is gone, and one another run stored first keeps its record.
+# set_turn_units: what each user turn states (JSON text by row id, made by :rules),
+# stored once; a turn popped since the read is gone, and one another run stored first
+# by the same rules keeps its record.
 SET_TURN_UNITS = text("""
     UPDATE turns t SET units = CAST(u.units AS jsonb)
       FROM unnest(CAST(:ids AS bigint[]), CAST(:units AS text[])) AS u(id, units)
-     WHERE t.session_id = :sid AND t.id = u.id AND t.units IS NULL
+     WHERE t.session_id = :sid AND t.id = u.id
+       AND (t.units IS NULL OR t.units->>'rules' IS DISTINCT FROM :rules)
 """)
 
 SET_SESSION_INDEX = text("""
@@ -510,25 +519,28 @@ async def index_head(conn: AsyncConnection, *, session_pk: int | None) -> IndexH
 
 
 async def turns_after_marked(
-    conn: AsyncConnection, *, session_pk: int, after_seq: int
+    conn: AsyncConnection, *, session_pk: int, after_seq: int, rules: str
 ) -> tuple[list[TurnView], int | None, list[tuple[int, str]]]:
     """The turns after ``after_seq``, oldest first, and, read in the same statement, the
     row id of the newest: the indexer checks it with ``index_read_current`` before it
     commits what it derived from them (a pop may have removed them meanwhile). Third,
-    the user turns among them whose units are not stored yet: (row id, text)."""
-    rows = (await conn.execute(UNINDEXED_TURNS, {"sid": session_pk, "after": after_seq})).all()
+    the user turns among them whose units are to be read by ``rules`` (none stored, or
+    stored by other rules): (row id, text)."""
+    params = {"sid": session_pk, "after": after_seq, "rules": rules}
+    rows = (await conn.execute(UNINDEXED_TURNS, params)).all()
     unread = [(r.id, r.content) for r in rows if r.unread]
     return [turn_view(r) for r in rows], (rows[-1].id if rows else None), unread
 
 
 async def set_turn_units(
-    conn: AsyncConnection, *, session_pk: int, units: Sequence[tuple[int, str]]
+    conn: AsyncConnection, *, session_pk: int, units: Sequence[tuple[int, str]], rules: str
 ) -> None:
-    """Store what each user turn states, (row id, JSON text), where none is stored yet."""
+    """Store what each user turn states, (row id, JSON text made by ``rules``), where
+    none is stored yet or other rules stored it."""
     if units:
+        ids, records = [i for i, _ in units], [u for _, u in units]
         await conn.execute(
-            SET_TURN_UNITS,
-            {"sid": session_pk, "ids": [i for i, _ in units], "units": [u for _, u in units]},
+            SET_TURN_UNITS, {"sid": session_pk, "ids": ids, "units": records, "rules": rules}
         )
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.compression.audit import CompressionRecord
+from app.compression.live_notes import RULES_STAMP
 from app.services import compression as compression_service
 from app.services import memory_jobs
 from app.stores import compression as compression_store
@@ -242,7 +243,7 @@ async def test_pop_waits_for_a_committing_compression_and_then_refuses_its_turn(
     await post_turns(client, "s", [said(1), said(2, "assistant"), said(3)])
     async with engine.connect() as conn:
         sid = await sessions_store.session_pk(conn, tenant="default", session="s")
-        snap = await compression_store.snapshot(conn, session_pk=sid)
+        snap = await compression_store.snapshot(conn, session_pk=sid, rules=RULES_STAMP)
     assert snap is not None
     async with engine.begin() as conn:
         await _apply_all(conn, snap)
@@ -260,7 +261,7 @@ async def test_a_compression_that_took_a_popped_turn_fails_its_commit(
     await post_turns(client, "s", [said(1), said(2, "assistant"), said(3)])
     async with engine.connect() as conn:
         sid = await sessions_store.session_pk(conn, tenant="default", session="s")
-        snap = await compression_store.snapshot(conn, session_pk=sid)
+        snap = await compression_store.snapshot(conn, session_pk=sid, rules=RULES_STAMP)
     assert snap is not None
     assert (await pop(client, "s")).status_code == 200
     with pytest.raises(compression_store.StaleSnapshot):

@@ -96,6 +96,26 @@ def index_worker(engine: AsyncEngine, settings: Settings) -> Worker:
     )
 
 
+async def enqueue(engine: AsyncEngine, kind: JobKind, **payload: Any) -> None:
+    """A job of ``kind`` for the one session there is."""
+    async with engine.begin() as conn:
+        sid = await conn.scalar(text("SELECT id FROM sessions"))
+        await queue.enqueue(
+            conn,
+            tenant_id="default",
+            session_id=sid,
+            kind=kind,
+            payload=payload or None,
+            max_attempts=3,
+        )
+
+
+def compress_worker(engine: AsyncEngine, settings: Settings) -> Worker:
+    """A worker that runs compressions alone, with the rule extractor."""
+    deps = CompressionDeps(settings=settings, fallback=RuleExtractor())
+    return Worker(engine=engine, handlers={compress.kind: compress.bind(deps)}, settings=settings)
+
+
 async def test_a_bulk_posts_units_are_stored_by_a_job_claimed_first(
     engine: AsyncEngine, settings: Settings
 ) -> None:
@@ -176,27 +196,10 @@ async def test_a_compression_meanwhile_changes_nothing(
 ) -> None:
     turns = bulk()
     await post(engine, turns)
-    compressor = Worker(
-        engine=engine,
-        handlers={
-            compress.kind: compress.bind(
-                CompressionDeps(settings=settings, fallback=RuleExtractor())
-            )
-        },
-        settings=settings,
-    )
+    compressor = compress_worker(engine, settings)
 
     async def compaction() -> None:
-        async with engine.begin() as conn:
-            sid = await conn.scalar(text("SELECT id FROM sessions"))
-            await queue.enqueue(
-                conn,
-                tenant_id="default",
-                session_id=sid,
-                kind=JobKind.COMPRESS,
-                payload={"trigger": "manual"},
-                max_attempts=3,
-            )
+        await enqueue(engine, JobKind.COMPRESS, trigger="manual")
         assert await compressor.run_once() is not None
 
     await _race(engine, settings, monkeypatch, compaction)
