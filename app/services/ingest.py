@@ -80,10 +80,10 @@ def bulk_post(turns: Sequence[PreparedTurn]) -> bool:
     return sum(len(text) for text in _said(turns) if text) > UNITS_POST_CHARS
 
 
-def units_at_ingest(turns: Sequence[PreparedTurn]) -> list[str | None]:
+def units_at_ingest(turns: Sequence[PreparedTurn], *, bulk: bool) -> list[str | None]:
     """Each turn's units record (``live_notes.units_record``), or None: not a user turn
     with text, or a bulk post (``bulk_post``: left to the worker)."""
-    if bulk_post(turns):
+    if bulk:
         return [None] * len(turns)
     return [units_record(text) if text else None for text in _said(turns)]
 
@@ -123,7 +123,8 @@ async def ingest_turns(
 ) -> Ingested:
     """Store ``turns`` in the caller's transaction and enqueue what they trigger."""
     # Read before the session row is locked: a post to the same session waits less.
-    records = units_at_ingest(turns)
+    bulk = bulk_post(turns)
+    records = units_at_ingest(turns, bulk=bulk)
     client_ids = [t.client_id for t in turns if t.client_id]
     row = await _lock_or_create(
         conn, tenant=tenant, session=session, user=user, client_ids=client_ids
@@ -171,7 +172,7 @@ async def ingest_turns(
             if index
             else None,
         )
-        if index and bulk_post(turns):
+        if index and bulk:
             await queue.enqueue(
                 conn,
                 tenant_id=tenant,
