@@ -180,25 +180,30 @@ def _canonical(value: object) -> object:
     return value
 
 
-_APP = Path(__file__).parents[1]
-# The extractor's modules, the modules of the app they import, however indirectly (a
-# units record is made of their state's units, their text's normalising; the test
-# ``test_rules_stamp`` keeps this list whole), and this one.
+# The modules of the app the extractor imports, however indirectly: a units record is
+# made of their state's units and their text's normalising (``test_rules_stamp`` keeps
+# this list whole).
+_IMPORTED = (
+    "compression/ledger",
+    "compression/state",
+    "compression/text",
+    "core/bounded",
+    "core/limits",
+    "core/turns",
+)
 RULES_MODULES = (
     *sorted(Path(extract_units.__code__.co_filename).parent.glob("*.py")),
-    *(_APP / name for name in ("compression/ledger.py", "compression/state.py")),
-    *(_APP / name for name in ("compression/text.py", "core/bounded.py")),
-    *(_APP / name for name in ("core/limits.py", "core/turns.py")),
+    *(Path(__file__).parents[1] / f"{name}.py" for name in _IMPORTED),
     Path(__file__),
 )
 
 
 def rules_stamp(paths: Iterable[Path] = RULES_MODULES) -> str:
     """What identifies the rules that read a turn: a digest of the code of the
-    extractor's modules and of this one (the kinds kept, the placeholder), by file
-    name. A record stamped by other rules (an upgrade changed them) is read again
-    from the text, never trusted; an edit of comments or docstrings alone keeps the
-    stamp, so the stored records stay good."""
+    extractor's modules, of the modules they import and of this one (the kinds kept,
+    the placeholder), by file name. A record stamped by other rules (an upgrade
+    changed them) is read again from the text, never trusted; an edit of comments or
+    docstrings alone keeps the stamp, so the stored records stay good."""
     digest = hashlib.sha256()
     for path in sorted(paths, key=lambda path: path.name):
         digest.update(f"{path.name}\0{code_digest(path.read_text(encoding='utf-8'))}\n".encode())
