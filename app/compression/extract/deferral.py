@@ -200,7 +200,7 @@ def is_bare(sentence: str) -> bool:
     """A deferral that names nothing of its own: "maybe later", "we'll see", "改天再说吧".
 
     Said in reply to a question it holds that question open; said after a remark it
-    leaves nothing for anyone to await. "Park the monitor for now" and "这个我再想想"
+    leaves nothing for anyone to await. "Shelve the bookcase order for now" and "这个我再想想"
     name something.
     """
     text = sentence.lower()

@@ -41,7 +41,7 @@ SENTENCES = [
     "I'll check with my wife first.",
     "Well see.",  # no apostrophe: the hint never held "well see", so it is no deferral
     "We'll see.",
-    "Park the monitor for now.",
+    "Shelve the bookcase order for now.",
     "这个我再想想",
     "等张经理点头了再说",
     "Never deploy on Fridays!",
