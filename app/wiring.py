@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 from collections.abc import AsyncIterator
+from functools import partial
 
 import httpx
 from fastapi import FastAPI
@@ -46,6 +47,7 @@ from app.services.memory_jobs import (
     sweep_expired,
 )
 from app.services.read_units import read_units
+from app.services.restamp import RestampDeps, restamp_units, start_sweep
 from app.services.sessions import recount_tokens
 from app.stores import queue
 from app.stores.engine import make_engine
@@ -91,6 +93,10 @@ def build_handlers(
         if metrics is not None:
             metrics.misses.labels("reask", "restored").inc(count)
 
+    def on_restamped(count: int) -> None:
+        if metrics is not None:
+            metrics.units_restamped.inc(count)
+
     compression_deps = CompressionDeps(
         settings=settings,
         fallback=IsolatedRuleExtractor(deadline_s=settings.extraction_deadline_s),
@@ -103,6 +109,7 @@ def build_handlers(
         recount_tokens.kind: recount_tokens.bind(None),
         compress.kind: compress.bind(compression_deps),
         read_units.kind: read_units.bind(None),
+        restamp_units.kind: restamp_units.bind(RestampDeps(on_restamped=on_restamped)),
     }
     if embedder is not None:
         memory = MemoryDeps(settings=settings, embedder=embedder)
@@ -140,7 +147,8 @@ def build_worker(
     metrics: Metrics | None = None,
     embedder: Embedder | None = None,
 ) -> Worker:
-    """A worker with every handler and the periodic memory sweep."""
+    """A worker with every handler, the periodic memory sweep, and the restamp sweep
+    queued at its start when an upgrade left stale units records."""
 
     async def sweep() -> None:
         deleted = await sweep_expired(engine)
@@ -165,6 +173,7 @@ def build_worker(
             (settings.memory_sweep_interval_s, sweep),
             (settings.job_prune_interval_s, prune_done),
         ],
+        at_start=[partial(start_sweep, engine)],
     )
 
 

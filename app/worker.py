@@ -63,6 +63,9 @@ class Worker:
     on_event: Callable[[str, Job, dict[str, Any]], None] | None = None
     # Housekeeping run every `interval` seconds by each worker (idempotent tasks only).
     periodic: Sequence[tuple[float, Callable[[], Awaitable[Any]]]] = ()
+    # Run once when the worker starts (idempotent tasks only; one that fails on the
+    # database is tried again at the next turn of the loop).
+    at_start: Sequence[Callable[[], Awaitable[Any]]] = ()
     # The niceness its LISTEN connection's backend is given (``renice_backend``; 0: none).
     backend_nice: int = 0
 
@@ -73,8 +76,10 @@ class Worker:
         running: set[asyncio.Task[None]] = set()
         capacity = self.settings.worker_concurrency
         due = [time.monotonic() + interval for interval, _ in self.periodic]
+        starting = list(self.at_start)
         try:
             while not stop.is_set():
+                starting = await self._run_at_start(starting)
                 await self._run_periodic(due)
                 claimed = False
                 while len(running) < capacity and not stop.is_set():
@@ -118,6 +123,19 @@ class Worker:
             return
         if handed:
             log.info("handed back job(s) %s", handed)
+
+    async def _run_at_start(
+        self, tasks: list[Callable[[], Awaitable[Any]]]
+    ) -> list[Callable[[], Awaitable[Any]]]:
+        """Run ``tasks``; those the database failed are returned, to be tried again."""
+        failed = []
+        for task in tasks:
+            try:
+                await task()
+            except (OSError, DBAPIError, OperationalError) as exc:
+                log.warning("start-up task failed (tried again): %s", exc)
+                failed.append(task)
+        return failed
 
     async def _run_periodic(self, due: list[float]) -> None:
         now = time.monotonic()

@@ -18,6 +18,7 @@ class JobKind(StrEnum):
     EMBED_MEMORIES = "embed_memories"
     RECOUNT_TOKENS = "recount_tokens"
     READ_UNITS = "read_units"
+    RESTAMP_UNITS = "restamp_units"
 
     @property
     def priority(self) -> int:
@@ -30,6 +31,8 @@ class JobKind(StrEnum):
 # costs a few ms of CPU a session, and until it is done every API process reads those
 # turns from their text on its first context read of the session (13-19 ms of the
 # event loop each), and a compression reads them again for the turns it leaves live.
+# Re-storing the records an upgrade made stale (``services/restamp.py``) goes last of
+# all: nothing waits for it but the CPU those records cost each read.
 _PRIORITY: dict[str, int] = {
     JobKind.READ_UNITS: 15,
     JobKind.COMPRESS: 10,
@@ -37,6 +40,7 @@ _PRIORITY: dict[str, int] = {
     JobKind.RECOUNT_TOKENS: 5,
     JobKind.INDEX_SESSION: 0,
     JobKind.EMBED_MEMORIES: 0,
+    JobKind.RESTAMP_UNITS: -5,
 }
 
 

@@ -110,6 +110,11 @@ class Metrics:
         self.memories_expired = Counter(
             "mnemo_memories_expired_total", "Memories deleted by the TTL sweep", registry=r
         )
+        self.units_restamped = Counter(
+            "mnemo_units_restamped_total",
+            "Live user turns whose units record, stale after an upgrade, the sweep stored again",
+            registry=r,
+        )
 
 
 def set_queue_gauges(metrics: Metrics, counts: Iterable[tuple[str, int, float]]) -> None:

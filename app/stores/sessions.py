@@ -464,6 +464,28 @@ SET_TURN_UNITS = text("""
        AND (t.units IS NULL OR t.units->>'rules' IS DISTINCT FROM :rules)
 """)
 
+# A user turn whose stored units record other rules than :rules made (an upgrade
+# changed them): UNREAD but for a turn none was stored for yet, whose job (index,
+# units) is still to come.
+STALE = """role = 'user' AND content IS NOT NULL AND units IS NOT NULL
+           AND units->>'rules' IS DISTINCT FROM :rules"""
+
+# stale_live_turns: the next :n sessions after row id :after (by row id) that have a
+# live user turn whose record is STALE, and those turns of theirs, (session, row id,
+# text) oldest first. The restamp sweep's read: it walks the live turns' partial index
+# (turns_live_idx) from :after, never the compacted history. Every tenant at once.
+STALE_LIVE_TURNS = text(f"""
+    WITH picked AS MATERIALIZED (
+        SELECT DISTINCT session_id FROM turns
+         WHERE session_id > :after AND NOT compacted AND {STALE}
+         ORDER BY session_id
+         LIMIT :n)
+    SELECT t.session_id, t.id, t.content
+      FROM picked p JOIN turns t ON t.session_id = p.session_id
+     WHERE NOT t.compacted AND {STALE}
+     ORDER BY t.session_id, t.seq
+""")
+
 SET_SESSION_INDEX = text("""
     UPDATE sessions SET episode_seq = greatest(episode_seq, :episode_seq),
         last_user_seq = coalesce(:last_user_seq, last_user_seq),
@@ -542,6 +564,19 @@ async def set_turn_units(
         await conn.execute(
             SET_TURN_UNITS, {"sid": session_pk, "ids": ids, "units": records, "rules": rules}
         )
+
+
+async def stale_live_turns(
+    conn: AsyncConnection, *, after_session: int, sessions: int, rules: str
+) -> dict[int, list[tuple[int, str]]]:
+    """The live user turns whose records other rules than ``rules`` made, of the next
+    ``sessions`` sessions after row id ``after_session`` that have any: (row id, text)
+    by session, sessions and turns in order."""
+    params = {"after": after_session, "n": sessions, "rules": rules}
+    found: dict[int, list[tuple[int, str]]] = {}
+    for r in await conn.execute(STALE_LIVE_TURNS, params):
+        found.setdefault(r.session_id, []).append((r.id, r.content))
+    return found
 
 
 async def set_index_marks(

@@ -126,6 +126,7 @@ NOT_YET: dict[str, str] = {
     "OTHER_MODELS": CROSS_TENANT,  # start-up check of stored embedding models
     "FORGET_EMBEDDINGS": CROSS_TENANT,  # `mnemo reembed`
     "FORGET_TURN_EMBEDDINGS": CROSS_TENANT,  # `mnemo reembed`
+    "STALE_LIVE_TURNS": CROSS_TENANT,  # the restamp sweep after an upgrade (by session id)
 }
 
 SQL_START = re.compile(r"^\s*(WITH|SELECT|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
