@@ -22,6 +22,7 @@ from app.core.jobs import JobKind
 from app.core.turns import PreparedTurn
 from app.services import restamp as sweep
 from app.services.pop import pop_turn
+from app.services.read_units import records_of
 from app.services.restamp import RestampDeps, restamp_units, start_sweep
 from app.worker import Worker
 from tests.integration.test_index_batches import _turn
@@ -182,7 +183,7 @@ async def _race(
     meanwhile: Callable[[], Awaitable[Any]],
 ) -> None:
     """Run the sweep with ``meanwhile`` run between its read of the turns and its write."""
-    read = sweep.records_of
+    read = records_of
 
     async def then_meanwhile(unread: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
         records = await read(unread)
