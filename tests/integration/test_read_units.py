@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -165,6 +166,15 @@ async def _race(
     meanwhile: Callable[[], Awaitable[Any]],
 ) -> None:
     """Run the units job with ``meanwhile`` run between its read of the turns and its write."""
+    between_read_and_write(monkeypatch, units_job, meanwhile)
+    assert await units_worker(engine, settings).run_once() is not None
+
+
+def between_read_and_write(
+    monkeypatch: pytest.MonkeyPatch, handler: ModuleType, meanwhile: Callable[[], Awaitable[Any]]
+) -> None:
+    """``meanwhile`` run by the jobs of ``handler`` (a module reading turns with
+    ``read_units.records_of``) once they have read the turns, before they write."""
     read = units_job.records_of
 
     async def then_meanwhile(unread: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
@@ -172,8 +182,7 @@ async def _race(
         await meanwhile()
         return records
 
-    monkeypatch.setattr(units_job, "records_of", then_meanwhile)
-    assert await units_worker(engine, settings).run_once() is not None
+    monkeypatch.setattr(handler, "records_of", then_meanwhile)
 
 
 async def test_the_index_job_storing_them_meanwhile_changes_nothing(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -22,11 +21,16 @@ from app.core.jobs import JobKind
 from app.core.turns import PreparedTurn
 from app.services import restamp as sweep
 from app.services.pop import pop_turn
-from app.services.read_units import records_of
 from app.services.restamp import RestampDeps, restamp_units, start_sweep
 from app.worker import Worker
 from tests.integration.test_index_batches import _turn
-from tests.integration.test_read_units import expected, index_worker, post, stored
+from tests.integration.test_read_units import (
+    between_read_and_write,
+    expected,
+    index_worker,
+    post,
+    stored,
+)
 from tests.integration.test_stale_units import OTHER_RULES, conversation, restamp
 
 MINE = {"rules": RULES_STAMP, "units": []}  # stored by a run of the current rules
@@ -176,21 +180,8 @@ async def test_the_sweep_is_claimed_after_every_other_kind(
     assert claimed is not None and claimed.kind == JobKind.INDEX_SESSION
 
 
-async def _race(
-    engine: AsyncEngine,
-    settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
-    meanwhile: Callable[[], Awaitable[Any]],
-) -> None:
-    """Run the sweep with ``meanwhile`` run between its read of the turns and its write."""
-    read = records_of
-
-    async def then_meanwhile(unread: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
-        records = await read(unread)
-        await meanwhile()
-        return records
-
-    monkeypatch.setattr(sweep, "records_of", then_meanwhile)
+async def swept_once(engine: AsyncEngine, settings: Settings) -> None:
+    """Start the sweep and run it: one job, done (the session was read before any race)."""
     assert await start_sweep(engine) is not None
     assert await sweep_to_the_end(restamp_worker(engine, settings, [])) == 1
     assert [status for status, _ in await jobs_of_sweep(engine)] == ["done"]
@@ -202,7 +193,8 @@ async def test_a_post_meanwhile_loses_nothing(
     first, later = talk(1), talk(5)
     await post(engine, first)
     await restamp(engine, OTHER_RULES)
-    await _race(engine, settings, monkeypatch, lambda: post(engine, later))
+    between_read_and_write(monkeypatch, sweep, lambda: post(engine, later))
+    await swept_once(engine, settings)
     assert await stored(engine) == expected([*first, *later])
 
 
@@ -218,7 +210,8 @@ async def test_a_pop_meanwhile_loses_nothing(
             async with engine.begin() as conn:
                 await pop_turn(conn, tenant="default", session="s", job_max_attempts=3)
 
-    await _race(engine, settings, monkeypatch, pop_twice)
+    between_read_and_write(monkeypatch, sweep, pop_twice)
+    await swept_once(engine, settings)
     assert await stored(engine) == expected(turns[:2])
 
 
@@ -232,7 +225,8 @@ async def test_a_session_deleted_meanwhile_is_not_written(
         async with engine.begin() as conn:
             await conn.execute(text("DELETE FROM sessions"))
 
-    await _race(engine, settings, monkeypatch, delete)
+    between_read_and_write(monkeypatch, sweep, delete)
+    await swept_once(engine, settings)
     assert await stored(engine) == {}
 
 
