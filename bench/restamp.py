@@ -7,8 +7,9 @@ DATA is an embedded data directory a benchmark kept (``python -m bench.latency
 copy of it beside DATA (``DATA.stale``) every stored record is given another stamp, as
 an upgrade that changes the rules leaves them (``RULES_STAMP`` of other code); a
 second copy of that (``DATA.swept``) is swept the way a worker starting on it does:
-``restamp.start_sweep``, then the worker's jobs one by one until none is left (only the
-sweep's: the database is caught up). Reported: how many records were stale (live and
+``restamp.start_sweep`` (migrated first), then the worker's jobs one by one until none
+is left (only the sweep's: the database is caught up), then a second start (no job:
+the sweep finished for these rules). Reported: how many records were stale (live and
 not), how many the sweep stored, its jobs, its wall time, the CPU of this process (the
 worker) and of Postgres, and how many live records are left stale (0). With ``--keep``
 both copies stay, for ``python -m bench.side_by_side DATA.stale --other-data
@@ -37,6 +38,7 @@ from app.providers.http11 import outbound_client
 from app.services.restamp import start_sweep
 from app.stores.embedded import start_embedded, stop_embedded
 from app.stores.engine import make_engine
+from app.stores.migrate import upgrade_to_head
 from app.wiring import build_worker
 from bench._results import write_result
 from bench.side_by_side import postgres_cpu_s
@@ -62,9 +64,11 @@ def copy_of(data: Path, suffix: str) -> Path:
 async def make_stale(url: str) -> None:
     engine = make_engine(url, pool_size=1)
     try:
+        await upgrade_to_head(engine)  # as `mnemo migrate` before the new workers start
         async with engine.begin() as conn:
             await conn.execute(
-                text("""UPDATE turns SET units = jsonb_set(units, '{rules}', to_jsonb(CAST(:s AS text)))
+                text("""UPDATE turns
+                           SET units = jsonb_set(units, '{rules}', to_jsonb(CAST(:s AS text)))
                          WHERE units IS NOT NULL"""),
                 {"s": OTHER_STAMP},
             )

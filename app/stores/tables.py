@@ -277,6 +277,16 @@ jobs = Table(
     ),
 )
 
+# What a background sweep last finished for (the restamp sweep: the rules it stored the
+# stale units records again by). Written by the sweep's last job; read at a worker's start.
+sweeps = Table(
+    "sweeps",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("stamp", Text, nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False, server_default=NOW),
+)
+
 api_keys = Table(
     "api_keys",
     metadata,

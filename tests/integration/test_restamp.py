@@ -1,9 +1,10 @@
 """The units records an upgrade made stale (other rules than ``RULES_STAMP`` stored
 them) are stored again by the restamp sweep, for sessions nobody posts to: a worker
-that starts on such a database queues it, a job re-stores a few sessions and queues
-its successor, and the last finds none left. A record the current rules stored, and a
-compacted turn's, is left as it is; a post, a pop or a delete racing it loses nothing;
-a second sweep is a no-op. Against real Postgres."""
+that starts with rules the sweep has not finished for queues it, a job re-stores a few
+sessions and queues its successor, and the one that reaches the newest session records
+the rules as swept. A record the current rules stored, and a compacted turn's, is left
+as it is; a post, a pop or a delete racing it loses nothing; a second sweep is a
+no-op. Against real Postgres."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from app.core.turns import PreparedTurn
 from app.services import restamp as sweep
 from app.services.pop import pop_turn
 from app.services.restamp import RestampDeps, restamp_units, start_sweep
+from app.stores import sweeps
 from app.worker import Worker
 from tests.integration.test_index_batches import _turn
 from tests.integration.test_read_units import (
@@ -112,6 +114,54 @@ async def test_a_worker_starting_on_stale_records_stores_them_again(
         ("done", {"after": 4}),
     ]
     assert sum(counted) == 10  # two user turns a session
+    assert await swept_for(engine) == RULES_STAMP
+
+
+async def swept_for(engine: AsyncEngine) -> str | None:
+    async with engine.connect() as conn:
+        return await sweeps.swept_for(conn, name=sweep.NAME)
+
+
+async def test_once_per_change_of_the_rules(engine: AsyncEngine, settings: Settings) -> None:
+    """A database with nothing stale is looked through once; then a worker's start queues
+    nothing, until an upgrade changes the rules."""
+    turns = await sessions_posted(engine, 2)
+    worker = restamp_worker(engine, settings, [])
+    assert await start_sweep(engine) is not None  # never swept
+    assert await sweep_to_the_end(worker) == 1
+    assert await swept_for(engine) == RULES_STAMP
+    assert await start_sweep(engine) is None
+    async with engine.begin() as conn:  # swept by older rules: then an upgrade
+        await sweeps.finish_sweep(conn, name=sweep.NAME, stamp="0123456789abcdef")
+    await restamp(engine, OTHER_RULES)
+    assert await start_sweep(engine) is not None
+    assert await sweep_to_the_end(worker) == 1
+    assert await stored(engine) == expected(turns)
+    assert await swept_for(engine) == RULES_STAMP
+
+
+async def test_each_job_looks_through_a_bounded_range_of_sessions(
+    engine: AsyncEngine, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sweep, "SESSION_SPAN", 2)
+    turns = await sessions_posted(engine, 5)
+    await restamp(engine, OTHER_RULES)
+    async with engine.begin() as conn:  # sessions 3 and 4: no record yet, their jobs to come
+        await conn.execute(
+            text("UPDATE turns SET units = NULL WHERE session_id IN (3, 4) AND role = 'user'")
+        )
+    assert await start_sweep(engine) is not None
+    assert await sweep_to_the_end(restamp_worker(engine, settings, [])) == 3
+    assert [payload for _, payload in await jobs_of_sweep(engine)] == [
+        {"after": 0},
+        {"after": 2},
+        {"after": 4},
+    ]
+    want = expected(turns)
+    records = await stored(engine)
+    assert {m: r for m, r in records.items() if r is not None} == {
+        m: r for m, r in want.items() if m not in {f"m-{i}" for i in range(9, 17)} and r
+    }
 
 
 async def test_a_record_the_current_rules_stored_and_a_compacted_turns_are_left(

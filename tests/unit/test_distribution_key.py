@@ -39,7 +39,9 @@ DISTRIBUTED = {
     "task_events": "tenant_id",  # column to add
     "misses": "tenant_id",
 }
-REFERENCE = {"api_keys"}  # read on every request by key id, before the tenant is known
+# api_keys: read on every request by key id, before the tenant is known; sweeps: one row
+# a background sweep of every tenant (the worker's own bookkeeping).
+REFERENCE = {"api_keys", "sweeps"}
 
 # Statements that do not filter by tenant_id yet, by name, with the reason. Reasons:
 SESSION_KEYED = "by internal session id: add tenant_id to the filter (and the table)"
@@ -127,6 +129,7 @@ NOT_YET: dict[str, str] = {
     "FORGET_EMBEDDINGS": CROSS_TENANT,  # `mnemo reembed`
     "FORGET_TURN_EMBEDDINGS": CROSS_TENANT,  # `mnemo reembed`
     "STALE_LIVE_TURNS": CROSS_TENANT,  # the restamp sweep after an upgrade (by session id)
+    "LAST_SESSION": CROSS_TENANT,  # where the restamp sweep ends
 }
 
 SQL_START = re.compile(r"^\s*(WITH|SELECT|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
