@@ -156,8 +156,10 @@ class Worker:
         return job
 
     async def drain(self, stop: asyncio.Event) -> int:
-        """Run jobs one by one until none is runnable or ``stop`` is set (between jobs:
-        the one running finishes); `mnemo worker --once`. Returns how many ran."""
+        """Run the start-up tasks, then jobs one by one until none is runnable or ``stop``
+        is set (between jobs: the one running finishes); `mnemo worker --once`. Returns
+        how many jobs ran."""
+        await self._run_at_start(list(self.at_start))
         ran = 0
         while not stop.is_set() and await self.run_once() is not None:
             ran += 1

@@ -12,6 +12,7 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -19,11 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.compression.live_notes import RULES_STAMP
 from app.core.config import Settings
 from app.core.jobs import JobKind
+from app.core.metrics import Metrics
 from app.core.turns import PreparedTurn
 from app.services import restamp as sweep
 from app.services.pop import pop_turn
 from app.services.restamp import RestampDeps, restamp_units, start_sweep
 from app.stores import sweeps
+from app.wiring import build_worker
 from app.worker import Worker
 from tests.integration.test_index_batches import _turn
 from tests.integration.test_read_units import (
@@ -302,3 +305,18 @@ async def test_a_writer_holding_the_session_is_waited_for(
     async with asyncio.timeout(10):
         assert await running is not None
     assert await stored(engine) == expected(turns)
+
+
+async def test_the_service_worker_sweeps_at_its_start(
+    engine: AsyncEngine, settings: Settings
+) -> None:
+    """``mnemo worker`` (``--once`` here): the handler and the start-up task are wired."""
+    turns = await sessions_posted(engine, 3)
+    await restamp(engine, OTHER_RULES)
+    metrics = Metrics()
+    async with httpx.AsyncClient() as http:
+        worker = build_worker(settings, engine, http=http, metrics=metrics)
+        await worker.drain(asyncio.Event())
+    assert await stored(engine) == expected(turns)
+    assert await swept_for(engine) == RULES_STAMP
+    assert metrics.registry.get_sample_value("mnemo_units_restamped_total") == 6
