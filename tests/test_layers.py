@@ -92,6 +92,7 @@ OWNERS = {
     "task_members": "stores/tasks.py",
     "task_events": "stores/tasks.py",
     "misses": "stores/misses.py",
+    "sweeps": "stores/sweeps.py",
 }
 WRITE = re.compile(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+([a-z_]+)\b(?=[\s(])")
 
