@@ -48,6 +48,9 @@ class JobTimedOut(Exception):
 
 # How long a stopping worker tries to hand its jobs back; past it their leases expire.
 HAND_BACK_TIMEOUT_S = 5.0
+# How long after a start-up task failed on the database (unavailable, not migrated yet)
+# it is tried again.
+START_RETRY_S = 30.0
 
 
 def asyncpg_dsn(engine: AsyncEngine) -> str:
@@ -64,7 +67,7 @@ class Worker:
     # Housekeeping run every `interval` seconds by each worker (idempotent tasks only).
     periodic: Sequence[tuple[float, Callable[[], Awaitable[Any]]]] = ()
     # Run once when the worker starts (idempotent tasks only; one that fails on the
-    # database is tried again at the next turn of the loop).
+    # database is tried again START_RETRY_S later).
     at_start: Sequence[Callable[[], Awaitable[Any]]] = ()
     # The niceness its LISTEN connection's backend is given (``renice_backend``; 0: none).
     backend_nice: int = 0
@@ -76,10 +79,12 @@ class Worker:
         running: set[asyncio.Task[None]] = set()
         capacity = self.settings.worker_concurrency
         due = [time.monotonic() + interval for interval, _ in self.periodic]
-        starting = list(self.at_start)
+        starting, start_due = list(self.at_start), 0.0
         try:
             while not stop.is_set():
-                starting = await self._run_at_start(starting)
+                if starting and time.monotonic() >= start_due:
+                    starting = await self._run_at_start(starting)
+                    start_due = time.monotonic() + START_RETRY_S
                 await self._run_periodic(due)
                 claimed = False
                 while len(running) < capacity and not stop.is_set():

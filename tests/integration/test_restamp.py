@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import worker as worker_module
 from app.compression.live_notes import RULES_STAMP
 from app.core.config import Settings
 from app.core.jobs import JobKind
@@ -320,3 +321,28 @@ async def test_the_service_worker_sweeps_at_its_start(
     assert await stored(engine) == expected(turns)
     assert await swept_for(engine) == RULES_STAMP
     assert metrics.registry.get_sample_value("mnemo_units_restamped_total") == 6
+
+
+async def test_a_start_up_task_the_database_failed_is_tried_again(
+    engine: AsyncEngine, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker started before ``mnemo migrate`` (no ``sweeps`` yet) queues the sweep once
+    the table is there, not never."""
+    monkeypatch.setattr(worker_module, "START_RETRY_S", 0.05)
+    async with engine.begin() as conn:
+        await conn.execute(text("ALTER TABLE sweeps RENAME TO sweeps_later"))
+    worker = restamp_worker(engine, settings, [])
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop))
+    try:
+        await asyncio.sleep(0.3)  # tried and failed, more than once
+        async with engine.begin() as conn:
+            await conn.execute(text("ALTER TABLE sweeps_later RENAME TO sweeps"))
+        for _ in range(200):  # 10 s at most
+            if await swept_for(engine) == RULES_STAMP:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await running
+    assert await swept_for(engine) == RULES_STAMP
