@@ -7,7 +7,7 @@ snapshot, one round trip) straight through asyncpg, the hottest path of the serv
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,11 +43,21 @@ from app.core.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from app.providers.embed import Embedder
 from app.services.context_memories import MemoryRequest, memory_block, recent_user_texts, top_k_for
 from app.stores.context import (
+    CONTENT,
+    OLDER_CONTENT,
+    OLDER_UNITS,
+    ROLE,
+    SEQ,
+    TOKENS,
+    UNITS,
     read_context,
     read_live_user_turns,
     read_state_in_force,
 )
 from app.stores.engine import CONNECTION_LOST, driver_connection
+
+# A turn as the read returns it: ``stores.context.TURN``'s fields, by position.
+Row = tuple[Any, ...]
 
 # Live turns fetched by the first read. A budget is usually full long before; a
 # second read fetches up to RECENT_FETCH_LIMIT when it is not.
@@ -57,18 +67,20 @@ RECENT_FETCH_LIMIT = 400
 LIVE_NOTE_ROUNDS = 3
 
 
-def _message(t: dict[str, Any]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": t["role"], "content": t["content"]}
-    if t["tool_calls"] is not None:
-        message["tool_calls"] = t["tool_calls"]
-    if t["tool_call_id"] is not None:
-        message["tool_call_id"] = t["tool_call_id"]
-    if t["name"] is not None:
-        message["name"] = t["name"]
+def _message(t: Row) -> dict[str, Any]:
+    """A turn of the read (``stores.context.TURN``) as the message it was posted as."""
+    _, role, content, calls, call_id, name, _, _ = t
+    message: dict[str, Any] = {"role": role, "content": content}
+    if calls is not None:
+        message["tool_calls"] = calls
+    if call_id is not None:
+        message["tool_call_id"] = call_id
+    if name is not None:
+        message["name"] = name
     return message
 
 
-def reachable(rows: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+def reachable(rows: list[Row], max_tokens: int) -> list[Row]:
     """The newest live turns (newest first) that packing can reach within ``max_tokens``.
 
     ``pack`` walks back from the newest turn group and stops at the first one that does
@@ -80,8 +92,8 @@ def reachable(rows: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any
     """
     heads = 0
     for i, r in enumerate(rows):
-        if r["role"] != "tool":
-            heads += r["tokens"]
+        if r[ROLE] != "tool":
+            heads += r[TOKENS]
             if heads >= max_tokens:
                 return rows[: i + 1]
     return rows
@@ -89,25 +101,36 @@ def reachable(rows: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any
 
 async def _live_turns(
     db: asyncpg.Connection,
-    rows: list[dict[str, Any]],
-    older: list[dict[str, Any]],
+    rows: list[Row],
+    older: Sequence[Row],
     *,
     tenant: str,
     session_pk: int,
 ) -> list[LiveTurn]:
-    """The live turns read for packing, and the live user turns older than that page:
-    ``older``, read with the first page when it was full, or, when a second page was
-    read, one more indexed read."""
-    turns = [LiveTurn(t["seq"], t["role"], t["content"], t["units"]) for t in rows]
+    """The live user turns with a text among those read for packing, and those older
+    than that page: ``older``, read with the first page when it was full, or, when a
+    second page was read, one more indexed read. Only those: what the live turns
+    changed, left out, answered or withdrew (``live.py``, ``live_notes``) is read from
+    a user turn's text alone, and every reader passes over the others (a read made a
+    ``LiveTurn`` of each of its 64 turns, the assistant's and the tools' for nothing)."""
+    turns = [
+        LiveTurn(t[SEQ], "user", t[CONTENT], t[UNITS])
+        for t in rows
+        if t[ROLE] == "user" and t[CONTENT]
+    ]
     if len(rows) > FIRST_PAGE:  # read for packing, not all: older live turns may be left
         older = await read_live_user_turns(
             db,
             tenant=tenant,
             session_pk=session_pk,
-            before_seq=rows[-1]["seq"],
+            before_seq=rows[-1][SEQ],
             limit=RECENT_FETCH_LIMIT,
         )
-    turns += [LiveTurn(t["seq"], "user", t["content"], t["units"]) for t in older]
+    turns += [
+        LiveTurn(t[SEQ], "user", t[OLDER_CONTENT], t[OLDER_UNITS])
+        for t in older
+        if t[OLDER_CONTENT]
+    ]
     return turns
 
 
@@ -161,14 +184,14 @@ async def _withdrawn(
 
 
 def _left_out(live: list[LiveTurn], seqs: list[int], first: int) -> set[int]:
-    """Seqs of the live user turns a packing that places the candidates from
-    ``seqs[first]`` on does not hold: every one before that seq (the candidates are in
-    seq order, the live turns not among them older; a user turn placed is never an
-    orphan, so none from there on is left out)."""
+    """Seqs of the live user turns (``live``: ``_live_turns``) a packing that places
+    the candidates from ``seqs[first]`` on does not hold: every one before that seq (the
+    candidates are in seq order, the live turns not among them older; a user turn placed
+    is never an orphan, so none from there on is left out)."""
     if first == len(seqs):
-        return {t.seq for t in live if t.role == "user"}
+        return {t.seq for t in live}
     edge = seqs[first]
-    return {t.seq for t in live if t.role == "user" and t.seq < edge}
+    return {t.seq for t in live if t.seq < edge}
 
 
 def _with_live_notes(
@@ -313,8 +336,8 @@ async def context_on(
     )
     if head is None:
         raise NotFound(f"session {session!r} not found")
-    rows: list[dict[str, Any]] = head["turns"]
-    if len(rows) == FIRST_PAGE and sum(r["tokens"] for r in rows) < max_tokens:
+    rows: list[Row] = head["turns"]
+    if len(rows) == FIRST_PAGE and sum(r[TOKENS] for r in rows) < max_tokens:
         more = await read_context(
             db,
             tenant=tenant,
@@ -325,7 +348,7 @@ async def context_on(
         if more is not None:
             rows.extend(more["turns"])
     candidates = list(reversed(reachable(rows, max_tokens)))
-    recent = [RecentTurn(message=_message(r), tokens=r["tokens"]) for r in candidates]
+    recent = [RecentTurn(_message(r), r[TOKENS]) for r in candidates]
     # Budget: the working window and the task state first (the largest of the
     # renderings stored at compression time that fits beside the window), then
     # memory and older live turns.
@@ -374,7 +397,7 @@ async def context_on(
     if memory is not None and head["has_memories"] and budget > 0:
         hidden = head["hidden"]
         latest = next(
-            ((r["seq"], r["content"]) for r in rows if r["role"] == "user" and r["content"]), None
+            ((r[SEQ], r[CONTENT]) for r in rows if r[ROLE] == "user" and r[CONTENT]), None
         )
         conn, db = await connect()
         text, placed = await memory_block(
@@ -385,13 +408,15 @@ async def context_on(
                 user_pk=head["user_id"],
                 explicit_query=explicit,
                 latest_user=latest,
-                recent_user_texts=recent_user_texts(rows),
+                recent_user_texts=recent_user_texts(
+                    [{"role": r[ROLE], "content": r[CONTENT]} for r in rows]
+                ),
                 last_embedded_seq=head["last_user_seq"],
                 budget_tokens=budget,
                 top_k=memory.memory_k
                 if memory.memory_k is not None
                 else top_k_for(budget, memory.top_k),
-                oldest_live_seq=min((r["seq"] for r in rows), default=None),
+                oldest_live_seq=min((r[SEQ] for r in rows), default=None),
                 hidden_sessions=frozenset(hidden["pks"]),
                 hidden_session_ids=frozenset(hidden["ids"]),
             ),
@@ -404,7 +429,7 @@ async def context_on(
         blocks[1], system = _with_live_notes(
             blocks,
             groups,
-            [r["seq"] for r in candidates],
+            [r[SEQ] for r in candidates],
             live,
             renderings,
             state_block,

@@ -83,6 +83,26 @@ async def test_the_body_is_the_response_models_json_to_the_byte(
     assert read[1].tokens <= 90 < read[0].tokens
 
 
+async def test_each_message_reads_back_as_posted(client: httpx.AsyncClient) -> None:
+    """The read's turns come as rows Postgres sends in binary, not as JSON text it
+    escaped: every text reaches the body as posted, whatever it holds, and a tool
+    call's stored JSON as it was stored."""
+    arguments = '{"n": 123456789012345678901234567890, "x": 1.5e300, "s": "\\u00e9"}'
+    posted = [
+        {"role": "system", "content": "You book trips."},
+        {"role": "user", "content": 'quote " backslash \\ slash / \u2028 \u2029 tab\t nl\n end'},
+        {"role": "assistant", "content": None, "tool_calls": [call("c-1", "f\u00e9", arguments)]},
+        {"role": "tool", "tool_call_id": "c-1", "content": '{"not": "parsed", "big": 1e999}'},
+        {"role": "assistant", "content": "夏 🙂 é", "name": "planner"},
+        {"role": "user", "content": " "},
+    ]
+    r = await post_turns(client, "s-posted", posted)
+    assert r.status_code == 201, r.text
+    got = await client.get("/v1/sessions/s-posted/context?max_tokens=4000")
+    assert got.status_code == 200, got.text
+    assert got.json()["messages"] == posted
+
+
 # (url, caller): well-formed requests, which the route answers without FastAPI's
 # solving (``QuickRoute``), and malformed ones, which FastAPI's handler must answer as
 # it always did (its 422s, and the 401 it raises first, included).

@@ -17,7 +17,8 @@ from app.context.pack import (
     window_tokens,
 )
 from app.core.tokens import count_message_tokens, count_tokens
-from app.services.context import reachable
+from app.services.context import Row, reachable
+from app.stores.context import ROLE, TOKENS
 
 # A turn as the context read returns it; "orphan" is a tool result whose call is not
 # in view (compacted), which packing skips without spending budget on it.
@@ -28,8 +29,9 @@ ITEM = st.one_of(
 )
 
 
-def rows_of(spec: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    """Oldest first, as messages with their stored token counts."""
+def rows_of(spec: list[tuple[Any, ...]]) -> list[Row]:
+    """Oldest first, as the context read returns turns (``stores.context.TURN``), with
+    their stored token counts."""
     messages: list[dict[str, Any]] = []
     for i, item in enumerate(spec):
         if item[0] == "tools":
@@ -44,12 +46,33 @@ def rows_of(spec: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
             messages.append({"role": "tool", "tool_call_id": f"gone-{i}", "content": item[1]})
         else:
             messages.append({"role": item[0], "content": item[1]})
-    return [{**m, "tokens": count_message_tokens(m)} for m in messages]
-
-
-def recent(rows: list[dict[str, Any]]) -> list[RecentTurn]:
     return [
-        RecentTurn(message={k: v for k, v in r.items() if k != "tokens"}, tokens=r["tokens"])
+        (
+            seq,
+            m["role"],
+            m["content"],
+            m.get("tool_calls"),
+            m.get("tool_call_id"),
+            None,
+            count_message_tokens(m),
+            None,
+        )
+        for seq, m in enumerate(messages, start=1)
+    ]
+
+
+def recent(rows: list[Row]) -> list[RecentTurn]:
+    return [
+        RecentTurn(
+            message={
+                k: v
+                for k, v in zip(
+                    ("role", "content", "tool_calls", "tool_call_id"), r[1:5], strict=True
+                )
+                if v is not None or k == "content"
+            },
+            tokens=r[TOKENS],
+        )
         for r in rows
     ]
 
@@ -80,7 +103,7 @@ def test_a_long_session_is_cut_after_the_head_that_fills_the_budget() -> None:
     rows = rows_of([("user", "word " * 40)] * 30 + [("tools", 2, "result " * 30)])
     cut = reachable(rows[::-1], 300)
     assert 3 < len(cut) < len(rows)
-    assert cut[-1]["role"] != "tool"  # a group's head: the group stays whole
+    assert cut[-1][ROLE] != "tool"  # a group's head: the group stays whole
 
 
 @settings(max_examples=300, deadline=None)
