@@ -30,14 +30,13 @@ import asyncio
 import cProfile
 import gc
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench._results import write_result
-from bench.hotpaths_reads_context import _args, copy_database
+from bench.hotpaths_reads_context import _args, database_for
 from bench.latency import DEFAULTS, WARMUP_REQUESTS, WORDS, Workload, percentile
 from bench.side_by_side import postgres_cpu_s
 
@@ -196,17 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = Workload.of(_args(args.seed))
     requests = DEFAULTS["requests"]
-    if args.code is not None:
-        # The other checkout's app, not the one this package imported.
-        sys.path.insert(0, str(args.code.resolve()))
-        for name in [m for m in sys.modules if m == "app" or m.startswith("app.")]:
-            del sys.modules[name]
-    import app
-    from app.compression import live_notes
-    from app.stores.embedded import start_embedded
-
-    stamp = getattr(live_notes, "RULES_STAMP", None)
-    url = asyncio.run(copy_database(start_embedded(args.data_dir.resolve()), stamp))
+    url, code = database_for(args.code, args.data_dir)
     result = asyncio.run(
         run(
             url,
@@ -219,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             dump=args.dump,
         )
     )
-    result["code"] = str(Path(app.__file__).parents[1])
+    result["code"] = code
     cpu, floor = result["context_cpu_ms"], result["healthz_cpu_ms"]
     print(
         f"{result['code']}{' query' if args.query else ''}: context read CPU mean {cpu['mean']}"

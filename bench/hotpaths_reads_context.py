@@ -113,6 +113,25 @@ async def copy_database(url: str, stamp: str | None) -> str:
     return copy.render_as_string(hide_password=False)
 
 
+def database_for(code: Path | None, data_dir: Path) -> tuple[str, str]:
+    """A fresh copy of the database prepared in ``data_dir`` (its embedded server started
+    here: it stops when this process exits), stamped by the rules of ``code``'s ``app``
+    (this checkout's when None, else that checkout's, imported in its place); the copy's
+    URL and the checkout whose ``app`` this process now runs."""
+    if code is not None:
+        # The other checkout's app, not the one bench._service imported.
+        sys.path.insert(0, str(code.resolve()))
+        for name in [m for m in sys.modules if m == "app" or m.startswith("app.")]:
+            del sys.modules[name]
+    import app
+    from app.compression import live_notes
+    from app.stores.embedded import start_embedded
+
+    stamp = getattr(live_notes, "RULES_STAMP", None)
+    url = asyncio.run(copy_database(start_embedded(data_dir.resolve()), stamp))
+    return url, str(Path(app.__file__).parents[1])
+
+
 def _driver_url(url: URL) -> str:
     """A SQLAlchemy URL as asyncpg takes it."""
     return str(url.set(drivername="postgresql").render_as_string(hide_password=False))
@@ -224,20 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.data_dir.mkdir(parents=True, exist_ok=True)
         asyncio.run(prepare(args.data_dir.resolve(), work, requests))
         return 0
-    if args.code is not None:
-        # The other checkout's app, not the one bench._service imported.
-        sys.path.insert(0, str(args.code.resolve()))
-        for name in [m for m in sys.modules if m == "app" or m.startswith("app.")]:
-            del sys.modules[name]
-    import app
-    from app.compression import live_notes
-    from app.stores.embedded import start_embedded
-
-    stamp = getattr(live_notes, "RULES_STAMP", None)
-    # Started here, the embedded server stops when this process exits.
-    url = asyncio.run(copy_database(start_embedded(args.data_dir.resolve()), stamp))
+    url, code = database_for(args.code, args.data_dir)
     result = asyncio.run(run(url, work, requests, args.profile))
-    result["code"] = str(Path(app.__file__).parents[1])
+    result["code"] = code
     cpu, less = result["context_cpu_ms"], result["context_less_floor_ms"]
     print(
         f"{result['code']}: one-client context read CPU p50 {cpu['p50']} ms, mean"
