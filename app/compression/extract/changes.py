@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from app.compression.extract.context import Context
+from app.compression.extract.gates import Gated
 from app.compression.extract.patterns import SENTENCE_SPLIT, literal_hint
 from app.compression.extract.proposal import proposes
 from app.compression.state import DecisionUnit, ParameterUnit, RevocationUnit, Unit
@@ -114,6 +115,10 @@ _VALUE_CHANGES = [
         r"(?:不合适|不算|不行|作废|不要了|不用了)"
     ),
 ]
+
+# Each searched only where its literals occur (``gates``): a whole turn is read for a
+# change, and the lazy values made each pattern cost a scan of it from every position.
+_VALUE_CHANGES_GATED = tuple(Gated(pattern) for pattern in _VALUE_CHANGES)
 
 # What leads into a name ("Update: the …", "Correction on the …") and what
 # follows it ("… went from", "… is now", "… adjusted —").
@@ -306,8 +311,9 @@ def value_change(text: str) -> Change | None:
     if HINT_CHANGE.search(text.lower()) is None or CHANGE_CUE.search(text) is None:
         return None
     text = _THOUSANDS.sub("", text)
-    for pattern in _VALUE_CHANGES:
-        m = pattern.search(text)
+    low = text.lower()
+    for gated in _VALUE_CHANGES_GATED:
+        m = gated.search(text, low)
         if m is None:
             continue
         said_new = m["new"] if m["new"] is not None else m.groupdict().get("new2") or ""

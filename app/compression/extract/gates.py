@@ -307,6 +307,18 @@ class Gated:
             i for i in sorted(found) if all(any(w in low for w in strings) for strings in needs[i])
         ]
 
+    def possible(self, text: str, low: str | None = None) -> bool:
+        """Whether ``pattern`` can match ``text`` at all (the hint aside): False when no
+        alternative's literals occur, and then ``pattern`` finds nothing in it."""
+        low = text.lower() if low is None else low
+        if not low.isascii() and any(ch in low for ch in _UNALIGNED):
+            return True
+        return bool(self.candidates(low))
+
+    def search(self, text: str, low: str | None = None) -> re.Match[str] | None:
+        """``pattern.search(text)``, not run where it cannot match (the hint aside)."""
+        return self.pattern.search(text) if self.possible(text, low) else None
+
     def matches(self, text: str, low: str | None = None) -> bool:
         """``hint.search(low) and pattern.search(text)``; ``low`` is ``text.lower()``."""
         low = text.lower() if low is None else low

@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 
 from app.compression.extract.changes import reversal, value_change
+from app.compression.extract.gates import Gated
 from app.compression.extract.sentence import is_noise, is_social
 from app.compression.ledger import tool_kind
 from app.compression.state import ActionUnit, ParameterUnit, SummaryUnit, TaskState, Unit
@@ -35,6 +36,8 @@ _WEIGHT = re.compile(
     r"|必须|一定|只能|不能|截止|之前必须|以内|因为|所以|关键|重要|风险|规定|合规|法规|期限|封版|上线|过敏|默认",
     re.IGNORECASE,
 )
+# Most sentences hold none of its words: they are not scanned for them (``gates``).
+_WEIGHT_GATED = Gated(_WEIGHT)
 _NAME = re.compile(r"(?<![\w-])[A-Z][A-Za-z0-9-]{2,}+|[A-Z]{2,}+[-_]?\d++")
 _SOCIAL = re.compile(
     r"\b(?:thanks?|thank you|cheers|bye|haha|lol|weekend|weather|coffee|dog|cat|kids?)\b"
@@ -108,7 +111,7 @@ def summary_unit(
     for turn, sentence in sentences:
         # A sentence with no stake scores 0 whatever else holds: checked first, it
         # spares most sentences the comparisons with every unit below.
-        stakes = len(_WEIGHT.findall(sentence))
+        stakes = len(_WEIGHT.findall(sentence)) if _WEIGHT_GATED.possible(sentence) else 0
         if not stakes:
             continue
         n = normalize(sentence)
