@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from app.compression.extract.gates import Gated, trie
+from app.compression.extract.gates import Gated, Trie, trie
 
 _I = re.IGNORECASE
 
@@ -445,7 +445,7 @@ TODO_DONE = re.compile(
 # 100 ms. Each hint must match everything its family can match (a superset).
 
 
-def literal_hint(words: str) -> re.Pattern[str]:
+def literal_hint(words: str) -> Trie:
     """A pattern that finds any of the ``|``-separated literals, built as a trie
     (``gates.trie``): only whether some literal occurs matters."""
     return trie(words.split("|"))

@@ -26,7 +26,7 @@ from app.compression.extract.changes import value_change
 from app.compression.extract.context import Context
 from app.compression.extract.deferral import deferral
 from app.compression.extract.entities import DATE_GATED, find_artifacts, has_amount_or_date
-from app.compression.extract.gates import Gated
+from app.compression.extract.gates import Gated, Trie
 from app.compression.extract.proposal import is_question, proposes
 from app.compression.state import (
     BlockerUnit,
@@ -166,7 +166,7 @@ def _lower(sentence: str) -> str:
     return _lowered[1]
 
 
-def _hinted(hint: re.Pattern[str], sentence: str) -> bool:
+def _hinted(hint: Trie, sentence: str) -> bool:
     return hint.search(_lower(sentence)) is not None
 
 
