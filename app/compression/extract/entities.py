@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from app.compression.extract.gates import Gated
+from app.compression.extract.gates import LEXICON, Gated
 from app.compression.state import ArtifactKind
 
 
@@ -141,5 +141,5 @@ DATE_GATED = Gated(DATE)
 
 
 def has_amount_or_date(text: str) -> bool:
-    low = text.lower()
+    low = LEXICON.lower(text)
     return AMOUNT_GATED.matches(text, low) or DATE_GATED.matches(text, low)

@@ -252,17 +252,110 @@ class Trie:
     alone is searched, a third cheaper for the long bilingual sets.
     """
 
-    __slots__ = ("full", "ascii")
+    __slots__ = ("words", "full", "ascii")
 
     def __init__(self, words: Iterable[str]):
-        every = set(words)
-        ascii_words = {w for w in every if w.isascii()}
-        self.full = _trie_pattern(every)
-        self.ascii = self.full if ascii_words == every else _trie_pattern(ascii_words)
+        self.words = frozenset(words)
+        ascii_words = {w for w in self.words if w.isascii()}
+        self.full = _trie_pattern(self.words)
+        self.ascii = self.full if ascii_words == self.words else _trie_pattern(ascii_words)
         SEARCHED.extend((self.full, self.ascii))
+        LEXICON.add(self.words)
 
     def search(self, text: str, pos: int = 0) -> re.Match[str] | None:
         return (self.ascii if text.isascii() else self.full).search(text, pos)
+
+    def occurs(self, low: str) -> bool:
+        """Whether one of the words occurs in ``low`` (``search(low) is not None``),
+        from the lexicon when ``low`` is the sentence it read."""
+        found = LEXICON.found(low)
+        if found is None:
+            return self.search(low) is not None
+        return not self.words.isdisjoint(found)
+
+
+def _longest_first(words: Iterable[str]) -> re.Pattern[str]:
+    """A trie that finds the *longest* of ``words`` at a position: a word that a
+    longer one extends is kept, and tried after it."""
+    root: _Trie = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def branch(node: _Trie) -> str:
+        parts = [re.escape(ch) + branch(child) for ch, child in sorted(node.items()) if ch]
+        if "" in node:
+            return "(?:" + "|".join(parts) + "|)" if parts else ""
+        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    return re.compile(branch(root)) if root else _NOTHING
+
+
+class Lexicon:
+    """The words of every ``Trie`` that occur in the sentence being read, found in one
+    pass.
+
+    The sentence rules ask each family's hint, and each ``Gated`` its keys, of the same
+    sentence in turn: a dozen trie searches of one sentence. ``read(sentence)`` finds
+    with one trie of all their words (ASCII ones only in ASCII text) those that occur
+    in it; until the next ``read``, a ``Trie`` or a ``Gated`` asked about that
+    sentence's lower case (the same string object, ``lower``) answers from the set.
+    Exact: the words that occur at a position are the longest one the trie finds
+    there and the words it extends. Any other text is searched as before.
+
+    What it holds for the sentence is one tuple, replaced whole: a thread that reads
+    another sentence meanwhile only sends this one's questions to the tries.
+    """
+
+    def __init__(self) -> None:
+        self.words: set[str] = set()
+        self._scan: tuple[re.Pattern[str], re.Pattern[str], dict[str, frozenset[str]]] | None
+        self._scan = None
+        self._read: tuple[str, str, frozenset[str]] = ("", "", frozenset())
+
+    def add(self, words: Iterable[str]) -> None:
+        if not self.words.issuperset(words):
+            self.words.update(words)
+            self._scan = None  # built again on the next read
+
+    def scan(self) -> tuple[re.Pattern[str], re.Pattern[str], dict[str, frozenset[str]]]:
+        """The tries of every word and of the ASCII ones, and each word's prefixes
+        among the words."""
+        if self._scan is None:
+            words = frozenset(self.words)
+            full = _longest_first(words)
+            ascii_only = _longest_first(w for w in words if w.isascii())
+            prefixes = {w: frozenset(w[:n] for n in range(1, len(w) + 1)) & words for w in words}
+            SEARCHED.extend((full, ascii_only))
+            self._scan = (full, ascii_only, prefixes)
+        return self._scan
+
+    def read(self, sentence: str) -> None:
+        """Find the words that occur in ``sentence`` (lower-cased)."""
+        full, ascii_only, prefixes = self.scan()
+        low = sentence.lower()
+        pattern = ascii_only if low.isascii() else full
+        found: set[str] = set()
+        m = pattern.search(low)
+        while m is not None:
+            found |= prefixes[m.group()]
+            m = pattern.search(low, m.start() + 1)
+        self._read = (sentence, low, frozenset(found))
+
+    def lower(self, text: str) -> str:
+        """``text.lower()``: for the sentence read, the string the lexicon answers for."""
+        read = self._read
+        return read[1] if read[0] is text else text.lower()
+
+    def found(self, low: str) -> frozenset[str] | None:
+        """The words that occur in ``low`` if it is the sentence read, else None."""
+        read = self._read
+        return read[2] if read[1] is low else None
+
+
+LEXICON = Lexicon()
 
 
 def trie(words: Iterable[str]) -> Trie:
@@ -301,6 +394,11 @@ class Gated:
         keys = {w for need in self.needs if need for w in need[0]}
         self.keys = Trie(keys)
         SEARCHED.extend(self.parts)
+        # The lexicon's set: each telling string names the alternatives it tells.
+        self.by_word: dict[str, list[int]] = {}
+        for i, need in enumerate(self.needs):
+            for w in need[0] if need else ():
+                self.by_word.setdefault(w, []).append(i)
         # The trie finds the shortest key at a position: each names the alternatives
         # one of whose telling strings starts with it.
         self.by_key: dict[str, list[int]] = {key: [] for key in keys}
@@ -322,6 +420,14 @@ class Gated:
 
     def candidates(self, low: str) -> list[int]:
         """The alternatives whose every required set occurs in ``low``, in order."""
+        present = LEXICON.found(low)
+        if present is not None:
+            # Those whose telling set occurs; their other sets are looked up.
+            found = set(self.always)
+            for w in present:
+                found.update(self.by_word.get(w, ()))
+            needs = self.needs
+            return [i for i in sorted(found) if all(any(w in low for w in s) for s in needs[i][1:])]
         m = self.keys.search(low)
         if m is None and not self.always:
             return []  # most texts: one search of the trie
@@ -337,7 +443,7 @@ class Gated:
     def possible(self, text: str, low: str | None = None) -> bool:
         """Whether ``pattern`` can match ``text`` at all (the hint aside): False when no
         alternative's literals occur, and then ``pattern`` finds nothing in it."""
-        low = text.lower() if low is None else low
+        low = LEXICON.lower(text) if low is None else low
         if not low.isascii() and any(ch in low for ch in _UNALIGNED):
             return True
         return bool(self.candidates(low))
@@ -348,7 +454,7 @@ class Gated:
 
     def matches(self, text: str, low: str | None = None) -> bool:
         """``hint.search(low) and pattern.search(text)``; ``low`` is ``text.lower()``."""
-        low = text.lower() if low is None else low
+        low = LEXICON.lower(text) if low is None else low
         if not low.isascii() and any(ch in low for ch in _UNALIGNED):
             return self._hinted(low) and self.pattern.search(text) is not None
         for i in self.candidates(low):
@@ -357,4 +463,4 @@ class Gated:
         return False
 
     def _hinted(self, low: str) -> bool:
-        return self.hint is None or self.hint.search(low) is not None
+        return self.hint is None or self.hint.occurs(low)

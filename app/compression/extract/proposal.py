@@ -5,6 +5,7 @@ rules both ask, so it stands apart from either."""
 from __future__ import annotations
 
 from app.compression.extract import patterns
+from app.compression.extract.gates import LEXICON
 
 
 def is_question(sentence: str) -> bool:
@@ -19,7 +20,7 @@ def proposes(sentence: str) -> bool:
     question ("can you set X to 15?", "能不能把X改成15？") does set."""
     return (
         is_question(sentence)
-        and patterns.HINT_PROPOSAL.search(sentence.lower()) is not None
+        and patterns.HINT_PROPOSAL.occurs(LEXICON.lower(sentence))
         and patterns.PROPOSAL.search(sentence) is not None
         and patterns.REQUEST.search(sentence) is None
     )

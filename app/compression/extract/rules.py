@@ -29,6 +29,7 @@ from app.compression.extract.changes import apart_from, change_units
 from app.compression.extract.context import Context, Ref
 from app.compression.extract.deferral import deferral, is_bare, is_deferral
 from app.compression.extract.entities import find_artifacts
+from app.compression.extract.gates import LEXICON
 from app.compression.extract.identifiers import identifier_units
 from app.compression.extract.proposal import is_question
 from app.compression.extract.sentence import (
@@ -319,6 +320,7 @@ def _speech_units(
     units: list[Unit] = []
     candidate: tuple[int, str] | None = None
     for i, sentence in enumerate(sentences):
+        LEXICON.read(sentence)  # the families' words in it, found at once
         if is_noise(sentence):
             continue
         following = sentences[i + 1] if i + 1 < len(sentences) else None

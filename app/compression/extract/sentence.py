@@ -26,7 +26,7 @@ from app.compression.extract.changes import value_change
 from app.compression.extract.context import Context
 from app.compression.extract.deferral import deferral
 from app.compression.extract.entities import DATE_GATED, find_artifacts, has_amount_or_date
-from app.compression.extract.gates import Gated, Trie
+from app.compression.extract.gates import LEXICON, Gated, Trie
 from app.compression.extract.proposal import is_question, proposes
 from app.compression.state import (
     BlockerUnit,
@@ -155,19 +155,13 @@ def emphasized(sentence: str, turn_emphasized: bool) -> bool:
 # ----------------------------------------------------------------------- families
 
 
-# The last sentence lower-cased: every family's hint is searched in the same
-# sentence in turn, and lower-casing it each time was a fifth of the hints' cost.
-_lowered: list[str] = ["", ""]
-
-
-def _lower(sentence: str) -> str:
-    if sentence is not _lowered[0]:
-        _lowered[0], _lowered[1] = sentence, sentence.lower()
-    return _lowered[1]
+# Every family's hint is asked of the same sentence in turn: the lexicon holds the
+# sentence read lower-cased, and which hint words occur in it (``gates.Lexicon``).
+_lower = LEXICON.lower
 
 
 def _hinted(hint: Trie, sentence: str) -> bool:
-    return hint.search(_lower(sentence)) is not None
+    return hint.occurs(_lower(sentence))
 
 
 def _suffix_target(sentence: str, end: int) -> str:
