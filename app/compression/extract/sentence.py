@@ -113,6 +113,10 @@ _CONSTRAINT_RULE = patterns.CONSTRAINT_GATED.behind(patterns.HINT_CONSTRAINT)
 _PREFERENCE = Gated(patterns.PREFERENCE, patterns.HINT_PREFERENCE)
 _BLOCKER = Gated(patterns.BLOCKER, patterns.HINT_BLOCKER)
 _DECISION = Gated(patterns.DECISION, patterns.HINT_DECISION)
+_CHITCHAT = Gated(patterns.CHITCHAT, patterns.HINT_CHITCHAT)
+_SOCIAL = Gated(patterns.SOCIAL)
+_REVOKE = Gated(patterns.REVOKE)  # behind its hint, which the rule asks first
+_HIGH_STAKES = tuple((category, Gated(pattern)) for category, pattern in patterns.HIGH_STAKES)
 
 
 def strip_bullet(text: str) -> str:
@@ -131,14 +135,12 @@ def is_noise(sentence: str) -> bool:
     # Only a short sentence can normalise to under two characters of words.
     if (len(sentence) < 32 and len(normalize(sentence)) < 2) or patterns.NOISE.match(sentence):
         return True
-    return (
-        _hinted(patterns.HINT_CHITCHAT, sentence) and patterns.CHITCHAT.search(sentence) is not None
-    )
+    return _CHITCHAT.matches(sentence, _lower(sentence))
 
 
 def is_social(sentence: str) -> bool:
     """Small talk markers ("can't wait", "haha", "好想放假"): not task content."""
-    return patterns.SOCIAL.search(sentence) is not None
+    return _SOCIAL.matches(sentence, _lower(sentence))
 
 
 def is_offer(sentence: str) -> bool:
@@ -173,7 +175,7 @@ def _suffix_target(sentence: str, end: int) -> str:
 def revocation(sentence: str, seq: int, ctx: Context) -> RevocationUnit | None:
     if not _hinted(patterns.HINT_REVOKE, sentence):
         return None
-    m = patterns.REVOKE.search(sentence)
+    m = _REVOKE.search(sentence, _lower(sentence))
     if m is None:
         return None
     if m.group("suffix") is not None:
@@ -205,8 +207,8 @@ def revocation(sentence: str, seq: int, ctx: Context) -> RevocationUnit | None:
 def high_stakes(sentence: str, seq: int) -> HighStakesUnit | None:
     if not _hinted(patterns.HINT_HIGH_STAKES, sentence):
         return None
-    for category, pattern in patterns.HIGH_STAKES:
-        if pattern.search(sentence):
+    for category, pattern in _HIGH_STAKES:
+        if pattern.matches(sentence, _lower(sentence)):
             # Keep a card or account number recognisable, never whole.
             text = patterns.LONG_DIGITS.sub(lambda m: "****" + m.group(1), sentence)
             cat: HighStakesCategory = category  # type: ignore[assignment]
