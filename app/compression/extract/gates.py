@@ -252,7 +252,7 @@ class Trie:
     alone is searched, a third cheaper for the long bilingual sets.
     """
 
-    __slots__ = ("words", "full", "ascii")
+    __slots__ = ("ascii", "full", "words")
 
     def __init__(self, words: Iterable[str]):
         self.words = frozenset(words)

@@ -11,30 +11,59 @@ make ``matches`` say no where the pattern says yes.
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 import re
+from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import app.compression.extract as extract
-from app.compression.extract import deferral, gates
-from app.compression.extract.gates import Gated, requirements, split_alternatives
+from app.compression.extract import deferral, gates, sentence
+from app.compression.extract.gates import LEXICON, Gated, Trie, requirements, split_alternatives
+
+from ..test_pattern_cost import CONTENT_LIMIT, cost, hostile_inputs
+
+
+def _modules() -> list[ModuleType]:
+    return [
+        importlib.import_module(f"{extract.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(extract.__path__)
+    ]
 
 
 def _instances() -> dict[str, Gated]:
+    """Every ``Gated`` a module of the extractor holds, alone or in a tuple (of
+    ``Gated``, or of (name, ``Gated``) pairs)."""
     found: dict[str, Gated] = {}
-    for info in pkgutil.iter_modules(extract.__path__):
-        module = importlib.import_module(f"{extract.__name__}.{info.name}")
+    for module in _modules():
+        short = module.__name__.rsplit(".", 1)[-1]
         for name, value in vars(module).items():
             if isinstance(value, Gated):
-                found[f"{info.name}.{name}"] = value
+                found[f"{short}.{name}"] = value
+            elif isinstance(value, tuple):
+                for i, item in enumerate(value):
+                    item = item[1] if isinstance(item, tuple) and len(item) == 2 else item
+                    if isinstance(item, Gated):
+                        found[f"{short}.{name}[{i}]"] = item
     return found
+
+
+def _tries() -> dict[str, Trie]:
+    """Every ``Trie`` a module of the extractor holds (the families' hints)."""
+    return {
+        f"{module.__name__.rsplit('.', 1)[-1]}.{name}": value
+        for module in _modules()
+        for name, value in vars(module).items()
+        if isinstance(value, Trie)
+    }
 
 
 GATED = _instances()
 NAMES = sorted(GATED)
+TRIES = _tries()
 
 SENTENCES = [
     "Let me think about it and get back to you tomorrow.",
@@ -106,6 +135,112 @@ def test_same_answer_as_the_pattern_on_text_of_its_words(name: str) -> None:
             assert gated.parts[i].pattern in split_alternatives(gated.pattern.pattern)
 
     check()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_answer_from_the_lexicon_of_a_sentence_read(name: str) -> None:
+    """Asked about the sentence the lexicon read (its lower case, the same string),
+    a ``Gated`` answers from the words found in it: the same answer, the same match."""
+    gated = GATED[name]
+    alphabet = st.sampled_from(_words(gated))
+
+    def same(text: str) -> None:
+        LEXICON.read(text)
+        low = LEXICON.lower(text)
+        assert LEXICON.found(low) is not None
+        assert gated.matches(text) == gated.matches(text, low) == _plain(gated, text)
+        assert gated.candidates(low) == _candidates_by_search(gated, low)
+        found, plain = gated.search(text, low), gated.pattern.search(text)
+        assert (found and found.span()) == (plain and plain.span())
+        assert gated.possible(text, low) or plain is None
+
+    for text in SENTENCES:
+        same(text)
+
+    @settings(max_examples=200, deadline=None, derandomize=True)
+    @given(st.lists(st.one_of(alphabet, st.text(max_size=3)), max_size=12))
+    def check(parts: list[str]) -> None:
+        same(" ".join(parts))
+
+    check()
+
+
+def _candidates_by_search(gated: Gated, low: str) -> list[int]:
+    return [
+        i
+        for i, need in enumerate(gated.needs)
+        if all(any(w in low for w in strings) for strings in need)
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(TRIES))
+def test_a_trie_says_whether_a_word_occurs_the_same_way_everywhere(name: str) -> None:
+    """``search`` (the ASCII words' trie in ASCII text) and ``occurs`` (from the
+    lexicon, for a sentence read; by search otherwise) agree with a plain look-up."""
+    hint = TRIES[name]
+    words = sorted(hint.words)
+    alphabet = st.sampled_from([*words, *(w.upper() for w in words[:20]), " ", "x", "中", "İ"])
+
+    @settings(max_examples=200, deadline=None, derandomize=True)
+    @given(st.lists(st.one_of(alphabet, st.text(max_size=3)), max_size=10))
+    def check(parts: list[str]) -> None:
+        text = " ".join(parts)
+        low = text.lower()
+        plain = any(w in low for w in hint.words)
+        assert (hint.search(low) is not None) == plain
+        assert (hint.full.search(low) is not None) == plain
+        assert hint.occurs(low) == plain  # not read: searched
+        LEXICON.read(text)
+        assert hint.occurs(LEXICON.lower(text)) == plain
+
+    check()
+
+
+def test_the_lexicon_answers_only_for_the_sentence_read() -> None:
+    """By identity: an equal string built apart is searched (with the same answer)."""
+    read = "Let me think about it."
+    LEXICON.read(read)
+    assert LEXICON.found(LEXICON.lower(read)) == frozenset({"let me", "think", "."} & LEXICON.words)
+    equal = "".join(["Let me ", "think about it."])
+    assert LEXICON.lower(equal) == LEXICON.lower(read)
+    assert LEXICON.found(LEXICON.lower(equal)) is None
+    assert LEXICON.found(read.lower()) is None
+    text = "Never deploy on Fridays!"
+    LEXICON.read(text)
+    found = LEXICON.found(LEXICON.lower(text))
+    assert found is not None and {"never", "deploy"} & found == {"never"}
+    LEXICON.read("an other")
+    assert LEXICON.found(LEXICON.lower(text)) is None
+
+
+def test_a_word_registered_later_rebuilds_the_lexicon() -> None:
+    Trie(["zqxjv-word"])
+    text = "it says zqxjv-word here"
+    LEXICON.read(text)
+    assert "zqxjv-word" in (LEXICON.found(LEXICON.lower(text)) or ())
+
+
+@pytest.mark.parametrize("which", ["full", "ascii"])
+def test_the_lexicon_tries_are_linear_on_hostile_input(which: str) -> None:
+    """The harness of tests/unit/test_pattern_cost, on the lexicon's tries (built on
+    first use, so not among the module-level patterns it discovers)."""
+    full, ascii_only, _ = LEXICON.scan()
+    pattern = full if which == "full" else ascii_only
+    worst = max(cost(pattern, text, 1.0) for text in hostile_inputs(pattern, 4_000).values())
+    assert worst < 1.0
+    for text in hostile_inputs(pattern, 4_000).values():
+        big = (text * (CONTENT_LIMIT // max(len(text), 1) + 1))[:CONTENT_LIMIT]
+        assert cost(pattern, big, 5.0) < math.inf
+
+
+def test_the_families_read_through_the_lexicon_are_those_of_a_sentence() -> None:
+    """A sentence's hints answer from the lexicon once it was read (``sentence._lower``
+    hands back the string it answers for)."""
+    text = "IMPORTANT: do not email the client."
+    apart = sentence.emphasized("".join(["IMPORTANT: do not ", "email the client."]), False)
+    LEXICON.read(text)
+    assert sentence._lower(text) is LEXICON.lower(text)
+    assert sentence.emphasized(text, turn_emphasized=False) is apart is True
 
 
 @pytest.mark.parametrize("name", NAMES)
