@@ -221,7 +221,10 @@ def requirements(source: str, flags: int) -> Req:
 _Trie = dict[str, "_Trie"]
 
 
-def _trie_pattern(words: Iterable[str]) -> re.Pattern[str]:
+def _trie_pattern(words: Iterable[str], *, longest: bool = False) -> re.Pattern[str]:
+    """The trie of ``words``: it finds the shortest word at a position (a word that
+    extends a shorter one is dropped), or with ``longest`` the longest (a word that a
+    longer one extends is kept, tried after it)."""
     root: _Trie = {}
     for word in words:
         node = root
@@ -230,9 +233,9 @@ def _trie_pattern(words: Iterable[str]) -> re.Pattern[str]:
         node[""] = {}
 
     def branch(node: _Trie) -> str:
+        parts = [re.escape(ch) + branch(child) for ch, child in sorted(node.items()) if ch]
         if "" in node:
-            return ""
-        parts = [re.escape(ch) + branch(child) for ch, child in sorted(node.items())]
+            return "(?:" + "|".join(parts) + "|)" if longest and parts else ""
         return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
 
     return re.compile(branch(root)) if root else _NOTHING
@@ -274,25 +277,6 @@ class Trie:
         return not self.words.isdisjoint(found)
 
 
-def _longest_first(words: Iterable[str]) -> re.Pattern[str]:
-    """A trie that finds the *longest* of ``words`` at a position: a word that a
-    longer one extends is kept, and tried after it."""
-    root: _Trie = {}
-    for word in words:
-        node = root
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def branch(node: _Trie) -> str:
-        parts = [re.escape(ch) + branch(child) for ch, child in sorted(node.items()) if ch]
-        if "" in node:
-            return "(?:" + "|".join(parts) + "|)" if parts else ""
-        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
-
-    return re.compile(branch(root)) if root else _NOTHING
-
-
 class Lexicon:
     """The words of every ``Trie`` that occur in the sentence being read, found in one
     pass.
@@ -325,8 +309,8 @@ class Lexicon:
         among the words."""
         if self._scan is None:
             words = frozenset(self.words)
-            full = _longest_first(words)
-            ascii_only = _longest_first(w for w in words if w.isascii())
+            full = _trie_pattern(words, longest=True)
+            ascii_only = _trie_pattern((w for w in words if w.isascii()), longest=True)
             prefixes = {w: frozenset(w[:n] for n in range(1, len(w) + 1)) & words for w in words}
             SEARCHED.extend((full, ascii_only))
             self._scan = (full, ascii_only, prefixes)
