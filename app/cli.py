@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.config import Settings
 from app.core.logs import configure as configure_logging
+from app.supervisor import STANDBY_FLAG, wait_until_promoted
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -179,7 +180,14 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
     import uvicorn
 
     os.environ["MNEMO_DATABASE_URL"] = url
-    from app.supervisor import LAG_CHECK_EVERY_S, KeptAlive, LagGuard
+    from app.supervisor import (
+        KeptAlive,
+        LagGuard,
+        Limits,
+        WorkerMode,
+        check_every,
+        mode_environment,
+    )
 
     worker = guard = None
     published = temporary = None
@@ -198,17 +206,17 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
         command = [sys.executable, "-m", "app.cli", "worker", "--supervised-by", str(os.getpid())]
         if not settings.async_database_url:
             command.append("--embedded-database")  # started by this process, on this host
-        worker = KeptAlive(command)
+        guarded = settings.worker_idle and settings.worker_lag_limit_s > 0
+        limits = Limits(settings.worker_lag_limit_s, settings.worker_units_lag_limit_s)
+        # A units job is late within seconds: a niced worker waits started beside the
+        # idle-class one, so that the switch is not a start (imports: seconds at nice 10).
+        spare = mode_environment(WorkerMode.NICED) if guarded and limits.units_s > 0 else None
+        worker = KeptAlive(command, standby_env=spare)
         worker.start()
-        if settings.worker_idle and settings.worker_lag_limit_s > 0:
+        if guarded:
             # An idle-class worker never runs on a machine whose CPU is never idle: past
             # the limit, it is replaced by one at its niceness alone (app/supervisor.py).
-            guard = LagGuard(
-                worker,
-                url,
-                limit_s=settings.worker_lag_limit_s,
-                every_s=min(LAG_CHECK_EVERY_S, max(0.5, settings.worker_lag_limit_s / 4)),
-            )
+            guard = LagGuard(worker, url, limits=limits, every_s=check_every(limits))
             guard.start()
     os.environ["MNEMO_EMBEDDED_WORKER"] = "false"
     try:
@@ -295,6 +303,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
 
     url = prepare_database(settings)
     backend_nice = settings.worker_nice if args.supervised_by and args.embedded_database else 0
+    if args.standby and not wait_until_promoted():
+        return 0  # serve is stopping, or replaced this standby: it never worked
 
     async def run() -> None:
         engine = make_engine(url, pool_size=settings.worker_concurrency + 2, name="mnemo-worker")
@@ -667,6 +677,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the database is the embedded one `mnemo serve` started on this host: the"
         " worker's Postgres backends run at the worker's niceness too",
+    )
+    worker.add_argument(
+        STANDBY_FLAG,
+        action="store_true",
+        help="start, then wait for a line on stdin before working (`mnemo serve`'s warm"
+        " spare: switched to at once when the lag guard nices its worker)",
     )
     worker.set_defaults(func=cmd_worker)
     migrate = sub.add_parser("migrate", help="apply database migrations")

@@ -80,7 +80,16 @@ class Settings(BaseSettings):
         ge=0,
         description="When a due job has waited longer than this, `mnemo serve` restarts its"
         " idle-class job worker at its niceness alone (never starved), and idle-class again"
-        " once no due job has waited more than a quarter of it (0: never).",
+        " once no due job has waited more than a quarter of it (0: never, whatever the units"
+        " limit).",
+    )
+    worker_units_lag_limit_s: float = Field(
+        default=3.0,
+        ge=0,
+        description="When a units job (what a bulk post's user turns state, read before"
+        " their first context read) has waited longer than this, `mnemo serve` restarts its"
+        " idle-class job worker at its niceness alone until no units job is left (0: they"
+        " wait MNEMO_WORKER_LAG_LIMIT_S like any other job).",
     )
 
     # Context assembly

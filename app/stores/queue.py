@@ -253,6 +253,19 @@ OLDEST_DUE = text("""
     FROM jobs WHERE status = 'queued' AND run_after <= now()
 """)
 
+# oldest_unfinished: how long the oldest job of :kind not done yet (queued and due, or
+# running: a worker that claimed it may get no CPU) has been due, in seconds. The
+# waiting ones are found by the index of waiting jobs at their kind's :priority, the
+# running ones by the index of leases: neither walks the other kinds' backlog.
+OLDEST_UNFINISHED = text("""
+    SELECT extract(epoch FROM now() - min(run_after)) AS waited FROM (
+        SELECT run_after FROM jobs
+        WHERE status = 'queued' AND priority = :priority AND kind = :kind
+          AND run_after <= now()
+        UNION ALL
+        SELECT run_after FROM jobs WHERE status = 'running' AND kind = :kind) AS unfinished
+""")
+
 
 @dataclass(frozen=True)
 class JobStatus:
@@ -421,6 +434,14 @@ async def job_status(conn: AsyncConnection, *, job_id: int) -> JobStatus:
 async def oldest_due_s(conn: AsyncConnection) -> float | None:
     """Seconds the longest-waiting due job has waited; None when no job is due."""
     waited = (await conn.execute(OLDEST_DUE)).scalar()
+    return None if waited is None else float(waited)
+
+
+async def oldest_unfinished_s(conn: AsyncConnection, *, kind: str) -> float | None:
+    """Seconds since the oldest job of ``kind`` that is queued and due, or running, was
+    due; None when there is none."""
+    params = {"kind": str(kind), "priority": priority_of(kind)}
+    waited = (await conn.execute(OLDEST_UNFINISHED, params)).scalar()
     return None if waited is None else float(waited)
 
 

@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from app.services.auth import CACHE_TTL_S
+from app.supervisor import STANDBY_FLAG
 from tests.conftest import _dsn
 from tests.e2e.conftest import Server, start_server, wait_postgres_stopped
 
@@ -328,6 +329,9 @@ def test_serve_runs_its_job_worker_in_a_child_process(data_dir: Path) -> None:
         # a short-lived helper process that exited between the two reads of /proc is
         # nobody's (its command line already reads empty).
         theirs = set(_descendants(workers[0]))
+        # serve's spare worker (niced, waiting to be switched to: app/supervisor.py).
+        spares = [p for p in children if STANDBY_FLAG in _cmdline(p)]
+        theirs |= set(spares) | {c for p in spares for c in _descendants(p)}
         others = [p for p in children if p not in theirs and p != workers[0] and _alive(p)]
         assert others == [], [_cmdline(p) for p in children]
         # The worker lowers itself first thing (at serve's priority until then): every
@@ -480,11 +484,15 @@ def test_a_killed_serve_leaves_no_job_worker_behind(data_dir: Path) -> None:
     stops it)."""
     server = start_server(data_dir, env=SMALL_WINDOW)
     [job_worker] = [pid for pid in _descendants(server.process.pid) if _is_job_worker(pid)]
+    # serve's spare worker too: its stdin (the pipe serve would tell it to work through)
+    # closes with serve.
+    [spare] = [pid for pid in _descendants(server.process.pid) if STANDBY_FLAG in _cmdline(pid)]
     server.kill()
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and _alive(job_worker):
+    while time.monotonic() < deadline and (_alive(job_worker) or _alive(spare)):
         time.sleep(0.1)
     assert not _alive(job_worker), _cmdline(job_worker)
+    assert not _alive(spare), _cmdline(spare)
 
 
 def test_a_worker_whose_supervisor_is_already_gone_stops(data_dir: Path) -> None:
@@ -595,9 +603,15 @@ async def _backend_niceness(data_dir: Path) -> dict[str, set[int]]:
 
 
 def _is_job_worker(pid: int) -> bool:
-    """The `mnemo worker` a `mnemo serve` supervises."""
+    """The `mnemo worker` a `mnemo serve` supervises (not its spare while it waits: its
+    stdin still the pipe serve tells it to work through)."""
     command = _cmdline(pid)
-    return command[2:4] == ["app.cli", "worker"] and "--supervised-by" in command
+    if command[2:4] != ["app.cli", "worker"] or "--supervised-by" not in command:
+        return False
+    try:
+        return STANDBY_FLAG not in command or os.readlink(f"/proc/{pid}/fd/0") == os.devnull
+    except OSError:  # it ended
+        return False
 
 
 def _descendants(pid: int) -> list[int]:

@@ -12,9 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from app.supervisor import KeptAlive, LagGuard, WorkerMode, mode_environment, next_mode
+from app.supervisor import (
+    IDLE_STOP_S,
+    STANDBY_FLAG,
+    KeptAlive,
+    LagGuard,
+    Lags,
+    Limits,
+    WorkerMode,
+    check_every,
+    mode_environment,
+    next_mode,
+)
 
-IDLE, NICED = WorkerMode.IDLE, WorkerMode.NICED
+IDLE, NICED, UNITS = WorkerMode.IDLE, WorkerMode.NICED, WorkerMode.NICED_FOR_UNITS
+LIMIT = Limits(due_s=60.0)  # the units jobs wait like any other
+BOTH = Limits(due_s=60.0, units_s=3.0)
 
 
 @pytest.mark.parametrize(
@@ -36,35 +49,105 @@ IDLE, NICED = WorkerMode.IDLE, WorkerMode.NICED
 def test_the_worker_is_niced_past_the_limit_and_idle_once_the_backlog_cleared(
     mode: WorkerMode, lag_s: float | None, expected: WorkerMode
 ) -> None:
-    assert next_mode(mode, lag_s, limit_s=60.0) is expected
+    assert next_mode(mode, Lags(lag_s, None), LIMIT) is expected
+    # with no units job, the units limit changes nothing
+    assert next_mode(mode, Lags(lag_s, None, units_quiet_s=100.0), BOTH) is expected
+
+
+@pytest.mark.parametrize(
+    ("mode", "lags", "expected"),
+    [
+        (IDLE, Lags(2.0, 2.0), IDLE),  # waiting, not late yet
+        (IDLE, Lags(3.0, 3.0), IDLE),  # at the limit: not past it
+        (IDLE, Lags(3.5, 3.5), UNITS),
+        (IDLE, Lags(None, 3.5), UNITS),  # running in a worker that gets no CPU
+        (IDLE, Lags(0.0, 40.0), UNITS),  # the other jobs are not late
+        (IDLE, Lags(61.0, 61.0), NICED),  # the backlog's limit goes first
+        (UNITS, Lags(5.0, 5.0), UNITS),
+        (UNITS, Lags(None, 0.5), UNITS),  # not done: the last one runs
+        (UNITS, Lags(20.0, None, units_quiet_s=1.0), UNITS),  # done, but another may come
+        (UNITS, Lags(20.0, None, units_quiet_s=3.0), IDLE),  # none for as long: idle,
+        (UNITS, Lags(None, None, units_quiet_s=3.0), IDLE),  # whatever else waits
+        (UNITS, Lags(61.0, None, units_quiet_s=9.0), NICED),  # the backlog is late now
+        (NICED, Lags(40.0, None, units_quiet_s=9.0), NICED),  # not caught up
+        (NICED, Lags(10.0, 1.0), UNITS),  # caught up, units jobs left: niced for them
+        (NICED, Lags(10.0, None, units_quiet_s=1.0), UNITS),
+        (NICED, Lags(10.0, None, units_quiet_s=3.0), IDLE),
+    ],
+)
+def test_a_late_units_job_nices_the_worker_until_none_is_left(
+    mode: WorkerMode, lags: Lags, expected: WorkerMode
+) -> None:
+    assert next_mode(mode, lags, BOTH) is expected
+
+
+def test_without_a_units_limit_a_units_job_waits_the_backlogs_limit() -> None:
+    assert next_mode(IDLE, Lags(30.0, 30.0), LIMIT) is IDLE
+    assert next_mode(IDLE, Lags(61.0, 61.0), LIMIT) is NICED
 
 
 def test_each_mode_starts_the_worker_with_its_own_policy() -> None:
     assert mode_environment(IDLE) == {"MNEMO_WORKER_IDLE": "true"}
     assert mode_environment(NICED) == {"MNEMO_WORKER_IDLE": "false"}
+    assert mode_environment(UNITS) == {"MNEMO_WORKER_IDLE": "false"}
+
+
+@pytest.mark.parametrize(
+    ("limits", "every_s"),
+    [
+        (Limits(60.0), 5.0),
+        (Limits(10.0), 2.5),
+        (Limits(1.0), 0.5),
+        (Limits(60.0, 3.0), 0.75),
+        (Limits(2.0, 30.0), 0.5),
+    ],
+)
+def test_the_queue_is_looked_at_four_times_within_the_shorter_limit(
+    limits: Limits, every_s: float
+) -> None:
+    assert check_every(limits) == every_s
 
 
 class Replacements(KeptAlive):
     def __init__(self) -> None:
         super().__init__([])
-        self.envs: list[dict[str, str]] = []
+        self.envs: list[tuple[dict[str, str], float]] = []
 
     def replace(self, env: object, timeout_s: float = 30.0) -> None:
         assert isinstance(env, dict)
-        self.envs.append(env)
+        self.envs.append((env, timeout_s))
 
 
 def test_the_guard_replaces_the_worker_once_per_switch() -> None:
     worker = Replacements()
-    guard = LagGuard(worker, "unused", limit_s=60.0, every_s=5.0)
+    guard = LagGuard(worker, "unused", limits=LIMIT, every_s=5.0)
     for lag in (None, 30.0, 61.0, 120.0, 40.0, 20.0, 15.0, 0.0, None, 59.0, 61.0):
-        guard.observe(lag)
-    assert worker.envs == [
+        guard.observe(Lags(lag, None))
+    assert [env for env, _ in worker.envs] == [
         {"MNEMO_WORKER_IDLE": "false"},
         {"MNEMO_WORKER_IDLE": "true"},
         {"MNEMO_WORKER_IDLE": "false"},
     ]
     assert guard.mode is NICED and guard.switches == 3
+
+
+def test_the_guard_replaces_the_worker_only_when_its_policy_changes() -> None:
+    """Niced for the units jobs, then for the backlog, then for the units again: one
+    niced worker all along; an idle-class one is given a short while to stop."""
+    worker = Replacements()
+    guard = LagGuard(worker, "unused", limits=BOTH, every_s=1.0)
+    for lags in (
+        Lags(4.0, 4.0),
+        Lags(61.0, None),
+        Lags(10.0, 2.0),
+        Lags(10.0, None, units_quiet_s=5.0),
+    ):
+        guard.observe(lags)
+    assert worker.envs == [
+        ({"MNEMO_WORKER_IDLE": "false"}, IDLE_STOP_S),
+        ({"MNEMO_WORKER_IDLE": "true"}, 30.0),
+    ]
+    assert guard.mode is IDLE and guard.switches == 2
 
 
 CHILD = "import os, time; print(os.environ.get('MODE'), flush=True); time.sleep(60)"
@@ -114,3 +197,52 @@ def test_a_replaced_child_is_stopped_and_its_successor_kept_alive() -> None:
     finally:
         kept.stop(timeout_s=5)
     assert all(p.poll() is not None for p in (first, second))
+
+
+SPARE = (
+    "import os, sys, time\n"
+    "from app.supervisor import STANDBY_FLAG, wait_until_promoted\n"
+    "if STANDBY_FLAG not in sys.argv or wait_until_promoted():\n"
+    "    print(os.environ.get('MODE'), flush=True); time.sleep(60)\n"
+)
+
+
+def _stdin(process: subprocess.Popen[bytes]) -> str:
+    return os.readlink(f"/proc/{process.pid}/fd/0")
+
+
+def test_a_replace_to_the_spares_settings_takes_the_spare_and_starts_no_child() -> None:
+    """The spare waits started, with its settings, while the child runs with others; a
+    replace to them tells it to work (no new child); back to the others, a new child
+    and a new spare; stop ends them all."""
+    kept = KeptAlive(
+        [sys.executable, "-c", SPARE], env={"MODE": "idle"}, standby_env={"MODE": "niced"}
+    )
+    kept.start()
+    try:
+        first, spare = kept.process, kept.standby
+        assert first is not None and spare is not None
+        assert STANDBY_FLAG in Path(f"/proc/{spare.pid}/cmdline").read_bytes().decode()
+        assert _stdin(spare).startswith("pipe:")
+        kept.replace({"MODE": "niced"})
+        assert kept.process is spare and kept.standby is None  # none while niced
+        _wait(lambda: _stdin(spare) == os.devnull)  # told to work, it let go of stdin
+        _wait(lambda: first.poll() is not None)
+        kept.replace({"MODE": "idle"})
+        third, second_spare = kept.process, kept.standby
+        assert third not in (first, spare) and second_spare is not None
+        assert second_spare is not spare
+    finally:
+        kept.stop(timeout_s=5)
+    assert all(p is not None and p.poll() is not None for p in (spare, third, second_spare))
+
+
+def test_a_spare_whose_supervisor_closes_its_stdin_never_works() -> None:
+    spare = subprocess.run(
+        [sys.executable, "-c", SPARE, STANDBY_FLAG],
+        input=b"",  # closed without a word: serve stopped, or died
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert spare.returncode == 0 and spare.stdout == b"", spare.stderr

@@ -1,0 +1,92 @@
+"""`mnemo serve`'s lag guard and a bulk post's units job: a real server, its real job
+worker child, a real queue."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from app.services.ingest import UNITS_POST_CHARS
+from tests.e2e.conftest import start_server
+from tests.e2e.test_processes import (
+    _descendants,
+    _is_job_worker,
+    _lowest_nice,
+    _new_job_worker,
+    _priorities,
+)
+
+pytestmark = pytest.mark.e2e
+
+# The units job's limit short, the backlog's out of reach: only a units job can switch.
+ENV = {
+    "MNEMO_WORKER_LAG_LIMIT_S": "3600",
+    "MNEMO_WORKER_UNITS_LAG_LIMIT_S": "1",
+    "MNEMO_EMBEDDER": "hash",
+    "MNEMO_LOG_LEVEL": "WARNING",
+}
+
+
+def bulk_post(exchanges: int = 30) -> list[dict[str, object]]:
+    messages: list[dict[str, object]] = []
+    for i in range(exchanges):
+        said = f"Exchange {i}: always keep the ledger for region {i} in euros, and write"
+        messages.append({"role": "user", "content": f"{said} the weekly summary by Friday."})
+        messages.append({"role": "assistant", "content": f"Noted for region {i}."})
+    assert sum(len(str(m["content"])) for m in messages[::2]) > UNITS_POST_CHARS
+    return messages
+
+
+async def user_turns_without_units(data_dir: Path) -> int:
+    conn = await asyncpg.connect(host=str(data_dir / "pg"), user="postgres", database="mnemo")
+    try:
+        return int(
+            await conn.fetchval("SELECT count(*) FROM turns WHERE role = 'user' AND units IS NULL")
+        )
+    finally:
+        await conn.close()
+
+
+def test_a_waiting_units_job_nices_the_worker_until_it_is_done(data_dir: Path) -> None:
+    """An idle-class worker that gets no CPU (SIGSTOPped) and a bulk post: its units job
+    waits. Past MNEMO_WORKER_UNITS_LAG_LIMIT_S, long before the backlog's limit, serve
+    starts a worker at its niceness alone, which stores the post's units; with no units
+    job left, an idle-class worker again."""
+    server = start_server(data_dir, env=ENV)
+    ours = os.getpriority(os.PRIO_PROCESS, 0)  # the suite may itself run niced
+    try:
+        [starved] = [p for p in _descendants(server.process.pid) if _is_job_worker(p)]
+        os.kill(starved, signal.SIGSTOP)
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            r = c.post("/v1/sessions/bulk/turns", json={"user_id": "u", "messages": bulk_post()})
+            assert r.status_code == 201, r.text
+        assert asyncio.run(user_turns_without_units(data_dir)) == 30  # left to the job
+        niced = _new_job_worker(server, {starved}, lambda pid: _lowest_nice(pid) >= 10)
+        os.kill(niced, signal.SIGSTOP)  # held still while its threads are read
+        try:
+            assert _priorities(niced) == {(os.SCHED_OTHER, max(ours, 10))}
+        finally:
+            os.kill(niced, signal.SIGCONT)
+        deadline = time.monotonic() + 60
+        while asyncio.run(user_turns_without_units(data_dir)):
+            assert time.monotonic() < deadline, server.log.read_text()
+            time.sleep(0.2)
+        _new_job_worker(
+            server,
+            {starved, niced},
+            lambda pid: _priorities(pid) == {(os.SCHED_IDLE, max(ours, 10))},
+            wait_s=60,
+        )
+        log = server.log.read_text()
+        assert "a units job has waited" in log, log
+        assert log.index("restarts niced for units") < log.index("restarts idle"), log
+        assert "a job has waited" not in log, log  # the backlog's limit played no part
+    finally:
+        server.stop()
