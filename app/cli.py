@@ -210,13 +210,17 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
         limits = Limits(settings.worker_lag_limit_s, settings.worker_units_lag_limit_s)
         # A units job is late within seconds: a niced worker waits started beside the
         # idle-class one, so that the switch is not a start (imports: seconds at nice 10).
-        spare = mode_environment(WorkerMode.NICED) if guarded and limits.units_s > 0 else None
+        nice = {"nice": settings.worker_nice, "units_nice": settings.worker_units_nice}
+        spare = None
+        if guarded and limits.units_s > 0:
+            spare = mode_environment(WorkerMode.NICED_FOR_UNITS, **nice)
         worker = KeptAlive(command, standby_env=spare)
         worker.start()
         if guarded:
             # An idle-class worker never runs on a machine whose CPU is never idle: past
             # the limit, it is replaced by one at its niceness alone (app/supervisor.py).
-            guard = LagGuard(worker, url, limits=limits, every_s=check_every(limits))
+            every_s = check_every(limits)
+            guard = LagGuard(worker, url, limits=limits, every_s=every_s, **nice)
             guard.start()
     os.environ["MNEMO_EMBEDDED_WORKER"] = "false"
     try:

@@ -90,27 +90,29 @@ class Limits:
 
 
 def next_mode(mode: WorkerMode, lags: Lags, limits: Limits) -> WorkerMode:
-    """The worker's mode after a look at the queue."""
+    """The worker's mode after a look at the queue. The units jobs go first: while one is
+    late, or left after one was (until none came for as long as one may wait: a bulk post
+    every few seconds would otherwise switch the worker twice each), the worker runs at
+    the units' niceness, which drains the rest too."""
+    if limits.units_s > 0:
+        late = lags.units_s is not None and lags.units_s > limits.units_s
+        left = lags.units_s is not None or lags.units_quiet_s < limits.units_s
+        if late or (mode is WorkerMode.NICED_FOR_UNITS and left):
+            return WorkerMode.NICED_FOR_UNITS
     if lags.due_s is not None and lags.due_s > limits.due_s:
         return WorkerMode.NICED
     if mode is WorkerMode.NICED and lags.due_s is not None:
         if lags.due_s > limits.due_s * CLEARED_SHARE:
             return WorkerMode.NICED  # catching up, not caught up: no back and forth
-    if limits.units_s <= 0:
-        return WorkerMode.IDLE
-    if lags.units_s is not None and lags.units_s > limits.units_s:
-        return WorkerMode.NICED_FOR_UNITS
-    if mode is not WorkerMode.IDLE:  # niced already: until the units jobs are done, and
-        # none came for as long as one may wait (a bulk post every few seconds would
-        # otherwise restart the worker twice each)
-        if lags.units_s is not None or lags.units_quiet_s < limits.units_s:
-            return WorkerMode.NICED_FOR_UNITS
     return WorkerMode.IDLE
 
 
-def mode_environment(mode: WorkerMode) -> dict[str, str]:
-    """The settings a worker child of ``mode`` is started with."""
-    return {"MNEMO_WORKER_IDLE": "true" if mode is WorkerMode.IDLE else "false"}
+def mode_environment(mode: WorkerMode, *, nice: int, units_nice: int) -> dict[str, str]:
+    """The settings a worker child of ``mode`` is started with: idle-class or not, and
+    its niceness (``units_nice`` for the units jobs, ``nice`` otherwise)."""
+    niceness = units_nice if mode is WorkerMode.NICED_FOR_UNITS else nice
+    idle = "true" if mode is WorkerMode.IDLE else "false"
+    return {"MNEMO_WORKER_IDLE": idle, "MNEMO_WORKER_NICE": str(niceness)}
 
 
 def check_every(limits: Limits) -> float:
@@ -298,11 +300,19 @@ class LagGuard:
     are claimable at once, not when their leases expire."""
 
     def __init__(
-        self, worker: KeptAlive, database_url: str, *, limits: Limits, every_s: float
+        self,
+        worker: KeptAlive,
+        database_url: str,
+        *,
+        limits: Limits,
+        every_s: float,
+        nice: int = 10,
+        units_nice: int = 0,
     ) -> None:
         self.worker = worker
         self.url = database_url
         self.limits = limits
+        self.nice, self.units_nice = nice, units_nice
         self.every_s = every_s
         self.mode = WorkerMode.IDLE
         self.switches = 0
@@ -366,18 +376,21 @@ class LagGuard:
                     file=sys.stderr,
                 )
 
+    def environment(self, mode: WorkerMode) -> dict[str, str]:
+        return mode_environment(mode, nice=self.nice, units_nice=self.units_nice)
+
     def observe(self, lags: Lags) -> None:
         """Switch the worker's mode if ``lags`` call for it; the worker is replaced only
         when its CPU policy changes."""
         before, mode = self.mode, next_mode(self.mode, lags, self.limits)
         self.mode = mode
-        if mode_environment(mode) == mode_environment(before):
+        if self.environment(mode) == self.environment(before):
             return
         why = _why(mode, lags, self.limits, before)
         print(f"mnemo serve: {why}; the job worker restarts {mode.value}", file=sys.stderr)
         self.switches += 1
         stop_s = IDLE_STOP_S if before is WorkerMode.IDLE else 30.0
-        old = self.worker.replace(mode_environment(mode), stop_s)
+        old = self.worker.replace(self.environment(mode), stop_s)
         if old is not None:
             self.replaced.append(old)
 

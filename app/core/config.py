@@ -84,12 +84,21 @@ class Settings(BaseSettings):
         " limit).",
     )
     worker_units_lag_limit_s: float = Field(
-        default=3.0,
+        default=2.0,
         ge=0,
         description="When a units job (what a bulk post's user turns state, read before"
-        " their first context read) has waited longer than this, `mnemo serve` restarts its"
-        " idle-class job worker at its niceness alone until no units job is left (0: they"
-        " wait MNEMO_WORKER_LAG_LIMIT_S like any other job).",
+        " their first context read) has waited longer than this, `mnemo serve` switches its"
+        " idle-class job worker to one at MNEMO_WORKER_UNITS_NICE until no units job is left,"
+        " a spare started beside it (0: they wait MNEMO_WORKER_LAG_LIMIT_S like any other"
+        " job, and no spare is kept).",
+    )
+    worker_units_nice: int = Field(
+        default=0,
+        ge=0,
+        le=19,
+        description="The niceness of the job worker while it stores the units of a bulk"
+        " post: the API's own by default (it is read-path work: until it is done, each API"
+        " process does it on its event loop, at the API's priority).",
     )
 
     # Context assembly

@@ -14,11 +14,12 @@ import httpx
 import pytest
 
 from app.services.ingest import UNITS_POST_CHARS
+from app.supervisor import STANDBY_FLAG
 from tests.e2e.conftest import start_server
 from tests.e2e.test_processes import (
+    _cmdline,
     _descendants,
     _is_job_worker,
-    _lowest_nice,
     _new_job_worker,
     _priorities,
 )
@@ -57,8 +58,8 @@ async def user_turns_without_units(data_dir: Path) -> int:
 def test_a_waiting_units_job_nices_the_worker_until_it_is_done(data_dir: Path) -> None:
     """An idle-class worker that gets no CPU (SIGSTOPped) and a bulk post: its units job
     waits. Past MNEMO_WORKER_UNITS_LAG_LIMIT_S, long before the backlog's limit, serve
-    starts a worker at its niceness alone, which stores the post's units; with no units
-    job left, an idle-class worker again."""
+    tells its spare worker (started beside it, at MNEMO_WORKER_UNITS_NICE) to work, which
+    stores the post's units; with no units job left, an idle-class worker again."""
     server = start_server(data_dir, env=ENV)
     ours = os.getpriority(os.PRIO_PROCESS, 0)  # the suite may itself run niced
     try:
@@ -68,12 +69,11 @@ def test_a_waiting_units_job_nices_the_worker_until_it_is_done(data_dir: Path) -
             r = c.post("/v1/sessions/bulk/turns", json={"user_id": "u", "messages": bulk_post()})
             assert r.status_code == 201, r.text
         assert asyncio.run(user_turns_without_units(data_dir)) == 30  # left to the job
-        niced = _new_job_worker(server, {starved}, lambda pid: _lowest_nice(pid) >= 10)
-        os.kill(niced, signal.SIGSTOP)  # held still while its threads are read
-        try:
-            assert _priorities(niced) == {(os.SCHED_OTHER, max(ours, 10))}
-        finally:
-            os.kill(niced, signal.SIGCONT)
+        # serve's spare, told to work: at the API's own priority (MNEMO_WORKER_UNITS_NICE)
+        niced = _new_job_worker(
+            server, {starved}, lambda pid: _priorities(pid) == {(os.SCHED_OTHER, ours)}
+        )
+        assert STANDBY_FLAG in _cmdline(niced)
         deadline = time.monotonic() + 60
         while asyncio.run(user_turns_without_units(data_dir)):
             assert time.monotonic() < deadline, server.log.read_text()

@@ -62,20 +62,21 @@ def test_the_worker_is_niced_past_the_limit_and_idle_once_the_backlog_cleared(
         (IDLE, Lags(3.5, 3.5), UNITS),
         (IDLE, Lags(None, 3.5), UNITS),  # running in a worker that gets no CPU
         (IDLE, Lags(0.0, 40.0), UNITS),  # the other jobs are not late
-        (IDLE, Lags(61.0, 61.0), NICED),  # the backlog's limit goes first
+        (IDLE, Lags(61.0, 61.0), UNITS),  # both late: the units first
+        (UNITS, Lags(61.0, 5.0), UNITS),
         (UNITS, Lags(5.0, 5.0), UNITS),
         (UNITS, Lags(None, 0.5), UNITS),  # not done: the last one runs
         (UNITS, Lags(20.0, None, units_quiet_s=1.0), UNITS),  # done, but another may come
         (UNITS, Lags(20.0, None, units_quiet_s=3.0), IDLE),  # none for as long: idle,
-        (UNITS, Lags(None, None, units_quiet_s=3.0), IDLE),  # whatever else waits
-        (UNITS, Lags(61.0, None, units_quiet_s=9.0), NICED),  # the backlog is late now
+        (UNITS, Lags(None, None, units_quiet_s=3.0), IDLE),  # whatever else waits,
+        (UNITS, Lags(61.0, None, units_quiet_s=9.0), NICED),  # unless it is late
         (NICED, Lags(40.0, None, units_quiet_s=9.0), NICED),  # not caught up
-        (NICED, Lags(10.0, 1.0), UNITS),  # caught up, units jobs left: niced for them
-        (NICED, Lags(10.0, None, units_quiet_s=1.0), UNITS),
-        (NICED, Lags(10.0, None, units_quiet_s=3.0), IDLE),
+        (NICED, Lags(40.0, 1.0), NICED),  # a units job, not late: the niced worker runs it
+        (NICED, Lags(40.0, 3.5), UNITS),  # late: at the units' niceness
+        (NICED, Lags(10.0, 1.0), IDLE),  # caught up: an idle-class worker, until it is late
     ],
 )
-def test_a_late_units_job_nices_the_worker_until_none_is_left(
+def test_a_late_units_job_switches_the_worker_until_none_is_left(
     mode: WorkerMode, lags: Lags, expected: WorkerMode
 ) -> None:
     assert next_mode(mode, lags, BOTH) is expected
@@ -87,9 +88,12 @@ def test_without_a_units_limit_a_units_job_waits_the_backlogs_limit() -> None:
 
 
 def test_each_mode_starts_the_worker_with_its_own_policy() -> None:
-    assert mode_environment(IDLE) == {"MNEMO_WORKER_IDLE": "true"}
-    assert mode_environment(NICED) == {"MNEMO_WORKER_IDLE": "false"}
-    assert mode_environment(UNITS) == {"MNEMO_WORKER_IDLE": "false"}
+    def env(mode: WorkerMode) -> dict[str, str]:
+        return mode_environment(mode, nice=10, units_nice=0)
+
+    assert env(IDLE) == {"MNEMO_WORKER_IDLE": "true", "MNEMO_WORKER_NICE": "10"}
+    assert env(NICED) == {"MNEMO_WORKER_IDLE": "false", "MNEMO_WORKER_NICE": "10"}
+    assert env(UNITS) == {"MNEMO_WORKER_IDLE": "false", "MNEMO_WORKER_NICE": "0"}
 
 
 @pytest.mark.parametrize(
@@ -123,31 +127,30 @@ def test_the_guard_replaces_the_worker_once_per_switch() -> None:
     guard = LagGuard(worker, "unused", limits=LIMIT, every_s=5.0)
     for lag in (None, 30.0, 61.0, 120.0, 40.0, 20.0, 15.0, 0.0, None, 59.0, 61.0):
         guard.observe(Lags(lag, None))
-    assert [env for env, _ in worker.envs] == [
-        {"MNEMO_WORKER_IDLE": "false"},
-        {"MNEMO_WORKER_IDLE": "true"},
-        {"MNEMO_WORKER_IDLE": "false"},
-    ]
+    assert [env["MNEMO_WORKER_IDLE"] for env, _ in worker.envs] == ["false", "true", "false"]
     assert guard.mode is NICED and guard.switches == 3
 
 
-def test_the_guard_replaces_the_worker_only_when_its_policy_changes() -> None:
-    """Niced for the units jobs, then for the backlog, then for the units again: one
-    niced worker all along; an idle-class one is given a short while to stop."""
+def test_an_idle_class_worker_replaced_is_given_a_short_while_to_stop() -> None:
+    """To the units' niceness, then the backlog's, then idle-class: the idle-class
+    worker is killed after IDLE_STOP_S if it has not stopped (it may get no CPU), a niced
+    one is given the usual time."""
     worker = Replacements()
-    guard = LagGuard(worker, "unused", limits=BOTH, every_s=1.0)
+    guard = LagGuard(worker, "unused", limits=BOTH, every_s=1.0, nice=10, units_nice=0)
     for lags in (
+        Lags(2.0, 2.0),
         Lags(4.0, 4.0),
-        Lags(61.0, None),
-        Lags(10.0, 2.0),
-        Lags(10.0, None, units_quiet_s=5.0),
+        Lags(61.0, None, units_quiet_s=1.0),
+        Lags(61.0, None, units_quiet_s=5.0),
+        Lags(10.0, None, units_quiet_s=9.0),
     ):
         guard.observe(lags)
     assert worker.envs == [
-        ({"MNEMO_WORKER_IDLE": "false"}, IDLE_STOP_S),
-        ({"MNEMO_WORKER_IDLE": "true"}, 30.0),
+        ({"MNEMO_WORKER_IDLE": "false", "MNEMO_WORKER_NICE": "0"}, IDLE_STOP_S),
+        ({"MNEMO_WORKER_IDLE": "false", "MNEMO_WORKER_NICE": "10"}, 30.0),
+        ({"MNEMO_WORKER_IDLE": "true", "MNEMO_WORKER_NICE": "10"}, 30.0),
     ]
-    assert guard.mode is IDLE and guard.switches == 2
+    assert guard.mode is IDLE and guard.switches == 3
 
 
 CHILD = "import os, time; print(os.environ.get('MODE'), flush=True); time.sleep(60)"
