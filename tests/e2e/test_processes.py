@@ -388,11 +388,9 @@ def test_a_starved_job_worker_is_replaced_by_a_niced_one_then_idle_again(
     every job once (one compression event per compression job, none dead), every turn
     once; then, the backlog cleared, an idle-class worker again."""
     env = SMALL_WINDOW | {"MNEMO_WORKER_LAG_LIMIT_S": "2", "MNEMO_JOB_LEASE_S": "3"}
-    server = start_server(data_dir, env=env)
+    server, starved = start_with_a_starved_worker(data_dir, env)
     ours = os.getpriority(os.PRIO_PROCESS, 0)  # the suite may itself run niced
     try:
-        [starved] = [p for p in _descendants(server.process.pid) if _is_job_worker(p)]
-        os.kill(starved, signal.SIGSTOP)
         with httpx.Client(base_url=server.url, timeout=30) as c:
             for session in range(3):
                 for b in range(BATCHES):
@@ -437,6 +435,19 @@ def test_a_starved_job_worker_is_replaced_by_a_niced_one_then_idle_again(
         assert log.index("restarts niced") < log.index("restarts idle"), log
     finally:
         server.stop()
+
+
+def start_with_a_starved_worker(data_dir: Path, env: dict[str, str]) -> tuple[Server, int]:
+    """`mnemo serve` and the pid of its job worker, SIGSTOPped: what an idle-class worker
+    gets on a machine whose CPU is never idle."""
+    server = start_server(data_dir, env=env)
+    try:
+        [starved] = [p for p in _descendants(server.process.pid) if _is_job_worker(p)]
+        os.kill(starved, signal.SIGSTOP)
+    except BaseException:
+        server.stop()
+        raise
+    return server, starved
 
 
 def _new_job_worker(

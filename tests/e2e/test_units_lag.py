@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -15,24 +14,18 @@ import pytest
 
 from app.services.ingest import UNITS_POST_CHARS
 from app.supervisor import STANDBY_FLAG
-from tests.e2e.conftest import start_server
 from tests.e2e.test_processes import (
+    SMALL_WINDOW,
     _cmdline,
-    _descendants,
-    _is_job_worker,
     _new_job_worker,
     _priorities,
+    start_with_a_starved_worker,
 )
 
 pytestmark = pytest.mark.e2e
 
 # The units job's limit short, the backlog's out of reach: only a units job can switch.
-ENV = {
-    "MNEMO_WORKER_LAG_LIMIT_S": "3600",
-    "MNEMO_WORKER_UNITS_LAG_LIMIT_S": "1",
-    "MNEMO_EMBEDDER": "hash",
-    "MNEMO_LOG_LEVEL": "WARNING",
-}
+ENV = SMALL_WINDOW | {"MNEMO_WORKER_LAG_LIMIT_S": "3600", "MNEMO_WORKER_UNITS_LAG_LIMIT_S": "1"}
 
 
 def bulk_post(exchanges: int = 30) -> list[dict[str, object]]:
@@ -60,11 +53,9 @@ def test_a_waiting_units_job_nices_the_worker_until_it_is_done(data_dir: Path) -
     waits. Past MNEMO_WORKER_UNITS_LAG_LIMIT_S, long before the backlog's limit, serve
     tells its spare worker (started beside it, at MNEMO_WORKER_UNITS_NICE) to work, which
     stores the post's units; with no units job left, an idle-class worker again."""
-    server = start_server(data_dir, env=ENV)
+    server, starved = start_with_a_starved_worker(data_dir, ENV)
     ours = os.getpriority(os.PRIO_PROCESS, 0)  # the suite may itself run niced
     try:
-        [starved] = [p for p in _descendants(server.process.pid) if _is_job_worker(p)]
-        os.kill(starved, signal.SIGSTOP)
         with httpx.Client(base_url=server.url, timeout=30) as c:
             r = c.post("/v1/sessions/bulk/turns", json={"user_id": "u", "messages": bulk_post()})
             assert r.status_code == 201, r.text
