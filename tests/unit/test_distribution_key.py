@@ -123,6 +123,7 @@ NOT_YET: dict[str, str] = {
     "CLAIM": CROSS_TENANT,  # the oldest runnable job of any tenant (see the doc: per shard)
     "QUEUE_STATS": CROSS_TENANT,  # /metrics gauges
     "OLDEST_DUE": CROSS_TENANT,  # `mnemo serve`'s lag guard (the queue, database-wide)
+    "OLDEST_UNFINISHED": CROSS_TENANT,  # the lag guard's units jobs (database-wide)
     "HAND_BACK": CROSS_TENANT,  # a stopping worker's jobs, of any tenant (by worker name)
     "SWEEP_EXPIRED": CROSS_TENANT,  # the TTL sweep
     "OTHER_MODELS": CROSS_TENANT,  # start-up check of stored embedding models
