@@ -208,8 +208,8 @@ def _serve_processes(settings: Settings, url: str, workers: int) -> int:
             command.append("--embedded-database")  # started by this process, on this host
         guarded = settings.worker_idle and settings.worker_lag_limit_s > 0
         limits = Limits(settings.worker_lag_limit_s, settings.worker_units_lag_limit_s)
-        # A units job is late within seconds: a niced worker waits started beside the
-        # idle-class one, so that the switch is not a start (imports: seconds at nice 10).
+        # A units job is late within seconds: a spare worker at the units' niceness waits
+        # started beside the idle-class one, so that the switch is not a start.
         nice = {"nice": settings.worker_nice, "units_nice": settings.worker_units_nice}
         spare = None
         if guarded and limits.units_s > 0:

@@ -13,9 +13,11 @@ the machine), and with an idle-class one again once the backlog has cleared.
 A units job (``read_units``: what a bulk post's user turns state) has a limit of its own,
 ``MNEMO_WORKER_UNITS_LAG_LIMIT_S`` (a few seconds): until it has run, every API process
 reads those turns from their text on its first context read of the session, 13-19 ms of
-its event loop that the reads queued behind it wait out. Past it the worker is niced
-until no units job is left (and none came for as long again), then idle-class again; a
-backlog of compressions and indexing alone still waits the long limit.
+its event loop that the reads queued behind it wait out. Past it serve switches to a
+spare worker it keeps started (``KeptAlive``'s standby) at ``MNEMO_WORKER_UNITS_NICE``
+(the API's own priority) until no units job is left (and none came for as long again),
+then idle-class again; a backlog of compressions and indexing alone still waits the
+long limit.
 
 A replaced worker gets SIGTERM: its running jobs are cancelled, their transactions roll
 back, and it hands every job it held back to the queue (``Worker`` in ``app/worker.py``;
@@ -52,7 +54,8 @@ class WorkerMode(enum.Enum):
 
     IDLE = "idle"  # SCHED_IDLE and MNEMO_WORKER_NICE: only CPU time nothing else wants
     NICED = "niced"  # MNEMO_WORKER_NICE alone: a share of the CPU, never starved
-    # Niced too, for the units jobs only: idle-class again once they are done.
+    # Normal policy at MNEMO_WORKER_UNITS_NICE (0 by default), for the units jobs only:
+    # idle-class again once they are done.
     NICED_FOR_UNITS = "niced for units"
 
 
