@@ -642,6 +642,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="keep the embedded data directory (caught up): `bench.side_by_side` reads it",
     )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for the served process (MNEMO_* of this shell are not passed on)",
+    )
     args = parser.parse_args(argv)
     preset = FULL if args.full else DEFAULTS
     for key, value in preset.items():
@@ -662,6 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra_env = {"MNEMO_EMBEDDED_WORKER": "false"} if args.no_worker else {}
     if args.in_process_worker:
         extra_env["MNEMO_WORKER_PROCESS"] = "false"
+    extra_env.update(dict(item.split("=", 1) for item in args.env))
     with running_service(
         database_url=args.database_url,
         extra_env=extra_env,
