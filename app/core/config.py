@@ -84,13 +84,14 @@ class Settings(BaseSettings):
         " limit).",
     )
     worker_units_lag_limit_s: float = Field(
-        default=2.0,
+        default=0.0,
         ge=0,
         description="When a units job (what a bulk post's user turns state, read before"
         " their first context read) has waited longer than this, `mnemo serve` switches its"
         " idle-class job worker to one at MNEMO_WORKER_UNITS_NICE until no units job is left,"
-        " a spare started beside it (0: they wait MNEMO_WORKER_LAG_LIMIT_S like any other"
-        " job, and no spare is kept).",
+        " a spare started beside it (0, the default: they wait MNEMO_WORKER_LAG_LIMIT_S"
+        " like any other job, and no spare is kept; 2 s is the tested setting, see"
+        " docs/operations.md).",
     )
     worker_units_nice: int = Field(
         default=0,

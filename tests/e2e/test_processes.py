@@ -329,8 +329,10 @@ def test_serve_runs_its_job_worker_in_a_child_process(data_dir: Path) -> None:
         # a short-lived helper process that exited between the two reads of /proc is
         # nobody's (its command line already reads empty).
         theirs = set(_descendants(workers[0]))
-        # serve's spare worker (niced, waiting to be switched to: app/supervisor.py).
+        # serve's spare worker (niced, waiting to be switched to: app/supervisor.py): kept
+        # only with MNEMO_WORKER_UNITS_LAG_LIMIT_S on, which is off by default.
         spares = [p for p in children if STANDBY_FLAG in _cmdline(p)]
+        assert spares == [], [_cmdline(p) for p in spares]
         theirs |= set(spares) | {c for p in spares for c in _descendants(p)}
         others = [p for p in children if p not in theirs and p != workers[0] and _alive(p)]
         assert others == [], [_cmdline(p) for p in children]
@@ -493,10 +495,10 @@ def test_a_killed_serve_leaves_no_job_worker_behind(data_dir: Path) -> None:
     """SIGKILL gives `mnemo serve` no chance to stop its worker: the worker notices it was
     orphaned and stops by itself (the embedded Postgres stays, by design: the fixture
     stops it)."""
-    server = start_server(data_dir, env=SMALL_WINDOW)
+    server = start_server(data_dir, env=SMALL_WINDOW | {"MNEMO_WORKER_UNITS_LAG_LIMIT_S": "2"})
     [job_worker] = [pid for pid in _descendants(server.process.pid) if _is_job_worker(pid)]
-    # serve's spare worker too: its stdin (the pipe serve would tell it to work through)
-    # closes with serve.
+    # serve's spare worker (kept only with the units limit on) too: its stdin (the pipe
+    # serve would tell it to work through) closes with serve.
     [spare] = [pid for pid in _descendants(server.process.pid) if STANDBY_FLAG in _cmdline(pid)]
     server.kill()
     deadline = time.monotonic() + 20
