@@ -409,7 +409,7 @@ async def context_on(
                 explicit_query=explicit,
                 latest_user=latest,
                 recent_user_texts=recent_user_texts(
-                    [{"role": r[ROLE], "content": r[CONTENT]} for r in rows]
+                    r[CONTENT] for r in rows if r[ROLE] == "user" and r[CONTENT]
                 ),
                 last_embedded_seq=head["last_user_seq"],
                 budget_tokens=budget,

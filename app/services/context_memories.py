@@ -25,9 +25,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, date, datetime
-from typing import Any
+from itertools import islice
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -437,7 +437,6 @@ def _line(m: MemoryRow, now: datetime, language: str) -> str:
     return f"- ({when}{tag}) {m.text}"
 
 
-def recent_user_texts(rows: Sequence[dict[str, Any]], limit: int = 4) -> list[str]:
-    """The newest user texts among rows given newest first, returned oldest first."""
-    texts = [r["content"] for r in rows if r["role"] == "user" and r["content"]][:limit]
-    return list(reversed(texts))
+def recent_user_texts(texts: Iterable[str], limit: int = 4) -> list[str]:
+    """The first ``limit`` of ``texts`` (user texts, newest first), oldest first."""
+    return list(reversed(list(islice(texts, limit))))
