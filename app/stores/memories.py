@@ -561,36 +561,56 @@ SEQSCAN_BACK_ON = "SELECT set_config('enable_seqscan', 'on', true)"
 # The one-row CTEs are MATERIALIZED: inlined, the planner (expecting one posting)
 # recounted the user's memories once per posting (36 of 38 ms for a 1,000-row user).
 # A term's idf is computed once, with its df, not once per posting, and the constants
-# are float8: a numeric literal made ``b * dl`` numeric arithmetic for every posting
-# (both together: a quarter of the statement's time on a caught-up user's 2,000-4,000
-# postings). Either way every value is the same double, so the ranking is too.
+# are float8: a numeric literal made ``b * dl`` numeric arithmetic for every posting.
+# The postings are read from the index three times, each read doing one thing, rather
+# than once into a CTE that three passes then scan (writing ~4,000 postings into a
+# tuplestore cost more than reading them from the index again, and df and the scoring
+# then hashed a term's text for every posting): df by a count of each term's range of
+# the index, the average length from one scan of all of them grouped by memory, and
+# the scoring from each term's range again, its idf carried from the term's row (``w``,
+# read in term order). A memory's score thus adds its terms' parts in the order the
+# index holds them (term, then memory), the order of the single scan before: every
+# value is the same double as before, so the ranking is too (2.65 -> 1.95 ms of
+# backend CPU a statement on a caught-up user, the same ids and scores for 400 of
+# 400 queries; docs/benchmarks.md, h16a). The scoring's LATERAL read is kept apart
+# (``OFFSET 0``): pulled up into a join, a generic plan made while the table was
+# small could read every user's postings by a sequential scan.
 # The hits are fetched by primary key, one lookup each (a LATERAL subquery that
 # ``OFFSET 0`` keeps apart, with the liveness test outside it): joined, a generic plan
 # made while the table held a handful of rows read the index of every user's live
 # memories once per hit (20 x 8,400 rows, 3.4 ms instead of 0.5, until an ANALYZE).
 BM25_K1 = 1.2
 BM25_B = 0.75
+_OF_KIND = "(CAST($3 AS text) IS NULL OR kind = $3)"
 LEXICAL = f"""
-    WITH p AS MATERIALIZED (
-        SELECT memory_id, term, tf, dl FROM memory_terms
-        WHERE user_id = $1 AND term = ANY(CAST($2 AS text[]))
-          AND (CAST($3 AS text) IS NULL OR kind = $3)),
+    WITH q AS MATERIALIZED (
+        SELECT DISTINCT unnest(CAST($2 AS text[])) AS term),
     total AS MATERIALIZED (
         SELECT count(*)::float AS n FROM memories m
         WHERE m.user_id = $1 AND m.superseded_by IS NULL
           AND (CAST($3 AS text) IS NULL OR m.kind = $3)),
-    idf AS MATERIALIZED (
-        SELECT df.term, ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS w
-        FROM (SELECT term, count(*)::float AS n FROM p GROUP BY term) AS df CROSS JOIN total),
+    w AS MATERIALIZED (
+        SELECT q.term, ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf
+        FROM q CROSS JOIN LATERAL (
+            SELECT count(*)::float AS n FROM memory_terms
+            WHERE user_id = $1 AND term = q.term AND {_OF_KIND}) AS df
+        CROSS JOIN total
+        ORDER BY q.term),
     avgdl AS MATERIALIZED (
-        SELECT greatest(avg(dl), 1)::float AS v FROM (SELECT DISTINCT memory_id, dl FROM p) d),
+        SELECT greatest(avg(d.dl), 1)::float AS v FROM (
+            SELECT min(dl) AS dl FROM memory_terms
+            WHERE user_id = $1 AND term = ANY(CAST($2 AS text[])) AND {_OF_KIND}
+            GROUP BY memory_id) AS d),
     scored AS (
         SELECT p.memory_id AS id, sum(
-            idf.w * p.tf * CAST({BM25_K1} + 1 AS float8)
+            w.idf * p.tf * CAST({BM25_K1} + 1 AS float8)
             / (p.tf + CAST({BM25_K1} AS float8)
                * (CAST(1 - {BM25_B} AS float8) + CAST({BM25_B} AS float8) * p.dl / avgdl.v))
         ) AS score
-        FROM p JOIN idf USING (term) CROSS JOIN avgdl
+        FROM w CROSS JOIN LATERAL (
+            SELECT memory_id, tf, dl FROM memory_terms
+            WHERE user_id = $1 AND term = w.term AND {_OF_KIND} OFFSET 0) AS p
+        CROSS JOIN avgdl
         GROUP BY p.memory_id
         ORDER BY score DESC, p.memory_id
         LIMIT CAST($4 AS integer) + 16)

@@ -310,8 +310,8 @@ async def test_a_search_reads_its_user_not_the_table_after_the_table_grew(
         vector, vector_generic = await buffers(
             db, "near AS MATERIALIZED", user_pk, query, MODEL, None, 10, repo.EXACT_SCAN_MAX
         )
-        lexical, _ = await buffers(db, "df AS MATERIALIZED", user_pk, terms, None, 20)
+        lexical, _ = await buffers(db, "avgdl AS MATERIALIZED", user_pk, terms, None, 20)
     assert vector_generic == 0  # planned for each execution's values
     # A few pages per memory of the user and per index level, never the 600 others.
-    assert lexical < 60, lexical
+    assert lexical < 100, lexical  # its postings read thrice (LEXICAL), still a few pages
     assert vector < 60, vector
