@@ -405,7 +405,10 @@ VECTOR_EXACT = f"""
 # it). Every row comes with how many copies were ranked (``near``): fewer than k live
 # rows out of a full ``near`` means the slack ran out, and the caller ranks the
 # memories themselves (VECTOR_EXACT). A heavy user gets one row (live count, NULL
-# memory) and is searched through HNSW.
+# memory) and is searched through HNSW. The query's half-precision copy is made once
+# (a subquery, planned as an InitPlan): written inline, a generic plan cast the query
+# vector again for every copy it ranked (~500 casts of 512 floats a search; backend
+# CPU a statement 0.72 -> 0.57 ms on a caught-up user, the same rows).
 NEAR_SLACK = 16
 _routed = f"""
     WITH live AS MATERIALIZED (
@@ -416,7 +419,7 @@ _routed = f"""
         SELECT v.memory_id FROM memory_vectors v, live
         WHERE live.n <= CAST($6 AS integer) AND v.user_id = $1
           AND (CAST($4 AS text) IS NULL OR v.kind = $4)
-        ORDER BY v.embedding <=> CAST(CAST($2 AS vector) AS halfvec({EMBEDDING_DIM}))
+        ORDER BY v.embedding <=> (SELECT CAST(CAST($2 AS vector) AS halfvec({EMBEDDING_DIM})))
         LIMIT CAST($5 AS integer) + {NEAR_SLACK}){{fence}}
     SELECT live.n AS live, (SELECT count(*) FROM near) AS near, e.*
     FROM live{{fence_join}} LEFT JOIN LATERAL (
