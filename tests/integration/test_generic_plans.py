@@ -94,15 +94,8 @@ async def test_a_lexical_search_fetches_its_hits_by_key_after_the_table_grew(
         await add_notes(engine, "large", OTHERS, rng)
         assert len(await repo.lexical_search(db, user_pk=user_pk, terms=terms, k=20)) == 20
         read, _ = await buffers(db, "avgdl AS MATERIALIZED", user_pk, terms, None, 20)
-        [prepared] = [
-            r["name"]
-            for r in await db.fetch("SELECT name, statement FROM pg_prepared_statements")
-            if r["statement"] == repo.LEXICAL
-        ]
-        plan = await db.fetch(
-            f"EXPLAIN (FORMAT JSON) EXECUTE {prepared}({user_pk}, {literal(terms)}, NULL, 20)"
-        )
-    assert unbounded_scans(plan[0][0][0]["Plan"]) == []
+        plan = await executed_plan(db, repo.LEXICAL, user_pk, terms, None, 20)
+    assert unbounded_scans(plan) == []
     # 20 hits by key (3 pages each) and the postings, read three times (an index page or
     # two per term each time and, on a table never vacuumed, a heap page per posting);
     # a scan of the other users' postings would read hundreds more.
@@ -213,18 +206,27 @@ async def searched_after_growth(
     assert [r.id for r in found] == [r["id"] for r in exact]
     generic, custom = (await routed_statements(db))["settled"]
     assert (custom, generic) == (5, RUNS + 2 - 5)  # one plan, made once, run since
+    plan = await executed_plan(
+        db, repo.VECTOR_ROUTED, user_pk, query, MODEL, None, 10, repo.EXACT_SCAN_MAX
+    )
+    assert unbounded_scans(plan) == []
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+async def executed_plan(db: asyncpg.Connection, statement: str, *args: Any) -> dict[str, Any]:
+    """The plan (EXPLAIN ANALYZE, BUFFERS) of the statement ``db`` prepared for
+    ``statement``, executed with ``args``: the plan that connection runs."""
     [prepared] = [
         r["name"]
         for r in await db.fetch("SELECT name, statement FROM pg_prepared_statements")
-        if r["statement"] == repo.VECTOR_ROUTED
+        if r["statement"] == statement
     ]
     plan = await db.fetch(
         f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {prepared}"
-        f"({user_pk}, {literal(query)}, '{MODEL}', NULL, 10, {repo.EXACT_SCAN_MAX})"
+        f"({', '.join(literal(a) for a in args)})"
     )
     [tree] = plan[0][0]
-    assert unbounded_scans(tree["Plan"]) == []
-    return int(tree["Plan"]["Shared Hit Blocks"]) + int(tree["Plan"]["Shared Read Blocks"])
+    return dict(tree["Plan"])
 
 
 def unbounded_scans(node: dict[str, Any]) -> list[str]:
