@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api import openapi, problems
+from app.api.collector import IdleCollector
 from app.api.limits import BodyLimitMiddleware
 from app.api.middleware import ObservabilityMiddleware, ReplayLostReads
 from app.api.routes import compression, health, memories, misses, pop, sessions, tasks
@@ -223,6 +224,8 @@ def create_app(
                 await warming
                 set_aside_startup_objects()
 
+        collector.start()  # full collections between requests, not in their middle
+
         settled = asyncio.create_task(settle())
         if settings.embedded_worker:
             worker = build_worker(
@@ -242,6 +245,7 @@ def create_app(
             if warming is not None:
                 await warming
             await settled
+            await collector.stop()
             gc.unfreeze()  # what the app held can be collected again once it is gone
             await http.aclose()
             if own_engine:
@@ -263,6 +267,7 @@ def create_app(
     )
     encoding()  # load the tokenizer now, not inside the first requests
     metrics = Metrics()
+    collector = IdleCollector()
     tracing.setup(settings.tracing)
     app.state.settings = settings
     app.state.metrics = metrics
@@ -270,7 +275,7 @@ def create_app(
     app.state.head_revision = head_revision()
     app.add_middleware(ReplayLostReads)  # innermost: a read that lost its connection
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(ObservabilityMiddleware, metrics=metrics)
+    app.add_middleware(ObservabilityMiddleware, metrics=metrics, collector=collector)
     app.add_middleware(TracingMiddleware)  # outermost: its span covers the whole request
     problems.install(app)
     app.include_router(health.router)

@@ -11,6 +11,7 @@ from prometheus_client import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api import problems
+from app.api.collector import IdleCollector
 from app.core.logs import request_id
 from app.core.metrics import Metrics
 
@@ -28,9 +29,13 @@ def _incoming_id(scope: Scope) -> str:
 
 
 class ObservabilityMiddleware:
-    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
+    def __init__(
+        self, app: ASGIApp, *, metrics: Metrics, collector: IdleCollector | None = None
+    ) -> None:
         self.app = app
         self.metrics = metrics
+        # Told of each request's start and end: full collections wait for a quiet moment.
+        self.collector = collector or IdleCollector()
         # The histogram's child of each (method, route, status) seen: ``labels`` looks
         # it up under a lock on every request. As many as the histogram holds anyway.
         self._latency: dict[tuple[str, str, int], Histogram] = {}
@@ -53,6 +58,7 @@ class ObservabilityMiddleware:
         token = request_id.set(rid)
         status = 500
         start = time.perf_counter()
+        self.collector.started()
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -82,6 +88,7 @@ class ObservabilityMiddleware:
                 },
             )
             request_id.reset(token)
+            self.collector.finished()
 
 
 class ReplayLostReads:
