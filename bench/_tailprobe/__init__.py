@@ -1,0 +1,1 @@
+"""The probe ``bench.tail`` loads into the served processes (see sitecustomize.py)."""
