@@ -71,11 +71,22 @@ class IdleCollector:
     def finished(self) -> None:
         self.in_flight -= 1
         self.last_done = time.monotonic()
-        if not self.in_flight and self._due_since is not None and self._task is not None:
+        if (
+            not self.in_flight
+            and self._due_since is not None
+            and self._timer is None
+            and self._task is not None
+        ):
             # Looked at again once IDLE_S have gone by (collected if still quiet then).
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = asyncio.get_running_loop().call_later(IDLE_S, self.collect_if_due)
+            self._timer = asyncio.get_running_loop().call_later(IDLE_S, self._quiet)
+
+    def _quiet(self) -> None:
+        self._timer = None
+        self.collect_if_due()
+        if self._due_since is not None and not self.in_flight:
+            # Requests came and went meanwhile: again once the last is IDLE_S old.
+            wait = max(0.0, self.last_done + IDLE_S - time.monotonic())
+            self._timer = asyncio.get_running_loop().call_later(wait, self._quiet)
 
     def start(self) -> None:
         """Take the full collections over from CPython (on the running loop)."""
@@ -113,7 +124,6 @@ class IdleCollector:
 
     def collect_if_due(self) -> None:
         """Mark a full collection due once enough young ones ran; run it if it should."""
-        self._timer = None
         if _full_collections() != self._full_at_last:  # someone else ran one (gc.collect)
             self._young_at_last, self._full_at_last = _young_collections(), _full_collections()
             self._due_since = None
