@@ -177,8 +177,13 @@ def analyse(directory: Path) -> dict[str, Any]:
         n = len(rows)
         tail = rows[n - max(1, n // 100) :]
         middle = rows[n // 2 - max(1, n // 100) // 2 : n // 2 + max(1, n // 100) // 2 + 1]
+        began, ended = min(c["t0"] for c in reads), max(c["t1"] for c in reads)
+        full = [g for g in gcs if g["gen"] == 2 and began <= g["at"] <= ended]
         report[phase] = {
             "n": n,
+            "full_collections": len(full),
+            "full_collections_ms": [round(g["s"] * 1000, 1) for g in full],
+            "reads_in_flight_during_one": sum(1 for _, p in rows if p["gc2"] > 0),
             "p50_ms": rows[n // 2][1]["total"],
             "p99_ms": rows[min(n - 1, round(0.99 * n) - 1)][1]["total"],
             "median_reads": _mean_parts([p for _, p in middle]),
@@ -277,6 +282,11 @@ def print_report(report: dict[str, Any]) -> None:
             continue
         r = report[phase]
         print(f"\n{phase}: {r['n']} reads, p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms")
+        print(
+            f"  full collections in the phase: {r['full_collections']}"
+            f" {r['full_collections_ms']} ms; reads in flight during one:"
+            f" {r['reads_in_flight_during_one']}"
+        )
         med, slow = r["median_reads"], r["slowest_1pct"]
         keys = [k for k in slow if k not in ("memories",)]
         print(f"  {'part (mean ms)':<18}{'median 1%':>12}{'slowest 1%':>12}")
@@ -317,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         sampler.terminate()
         sampler.wait(5)
+    (directory / "client.json").write_text(json.dumps(_client))
     report = analyse(directory)
     print_report(report)
     out = Path(args[args.index("--out") + 1]).with_suffix(".tail.json")
