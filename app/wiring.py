@@ -224,8 +224,6 @@ def create_app(
                 await warming
                 set_aside_startup_objects()
 
-        collector.start()  # full collections between requests, not in their middle
-
         settled = asyncio.create_task(settle())
         if settings.embedded_worker:
             worker = build_worker(
@@ -236,6 +234,7 @@ def create_app(
                 embedder=app.state.embedder,
             )
             worker_task = asyncio.create_task(worker.run(stop))
+        collector.start()  # full collections between requests, not in their middle
         try:
             yield
         finally:
