@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import pairwise
 from typing import TypeVar
 
@@ -102,6 +102,22 @@ def mmr_words(
     top_k: int,
     stop_after: Callable[[K], bool] | None = None,
 ) -> list[K]:
+    """``mmr_words_lazily``'s picks, all of them."""
+    return list(
+        mmr_words_lazily(
+            candidates, words=words, lambda_=lambda_, top_k=top_k, stop_after=stop_after
+        )
+    )
+
+
+def mmr_words_lazily(
+    candidates: Sequence[tuple[K, float]],
+    *,
+    words: Callable[[K], frozenset[str] | set[str]],
+    lambda_: float = 0.7,
+    top_k: int,
+    stop_after: Callable[[K], bool] | None = None,
+) -> Iterator[K]:
     """``mmr_by`` over ``(id, relevance)`` with the Jaccard similarity of the candidates'
     ``words``: the same picks in the same order, reading only the words it needs.
 
@@ -114,7 +130,9 @@ def mmr_words(
     never reaches, costs nothing. (Any other order is scanned whole.) The words read
     become the bits of one integer per candidate (a bit per word, given as words are
     first seen), so a similarity is two popcounts, not two set operations. The state is
-    kept per position in flat lists (it runs on every context read)."""
+    kept per position in flat lists (it runs on every context read). Each pick is made
+    when it is asked for: a caller that needs only the first few picks (a context read
+    whose later picks fall below its floor) pays for those alone."""
     keys = [key for key, _ in candidates]
     ceiling = [lambda_ * relevance for _, relevance in candidates]  # the most each can gain
     best_first = all(a >= b for a, b in pairwise(relevance for _, relevance in candidates))
@@ -126,7 +144,7 @@ def mmr_words(
     bit: dict[str, int] = {}
     compared: list[tuple[int, int]] = []  # the picks' bits and word counts
     remaining = list(range(len(keys)))
-    picked: list[K] = []
+    picks = 0
 
     def learn(i: int) -> None:
         read = words(keys[i])
@@ -134,7 +152,7 @@ def mmr_words(
             bit[word] = 1 << len(bit)
         own[i], size[i] = sum(map(bit.__getitem__, read)), len(read)
 
-    while remaining and len(picked) < top_k:
+    while remaining and picks < top_k:
         best, best_gain = -1, 0.0
         for position, i in enumerate(remaining):
             if best >= 0 and best_first and ceiling[i] <= best_gain:
@@ -155,13 +173,13 @@ def mmr_words(
             if best < 0 or gain > best_gain:  # the first of equals
                 best, best_gain = position, gain
         chosen = remaining.pop(best)
-        picked.append(keys[chosen])
+        picks += 1
+        yield keys[chosen]
         if stop_after is not None and stop_after(keys[chosen]):
-            break
+            return
         if size[chosen] < 0:
             learn(chosen)
         compared.append((own[chosen], size[chosen]))
-    return picked
 
 
 def pack_memories(

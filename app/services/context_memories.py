@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime
 from itertools import islice
 
@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.compression.render import detect_language
 from app.core.tokens import count_tokens
 from app.memories.bm25 import search_terms, term_matcher
-from app.memories.fuse import mmr_words
+from app.memories.fuse import mmr_words_lazily
 from app.memories.gate import build_query, needs_retrieval
 from app.memories.when import date_label
 from app.providers.embed import Embedder, EmbeddingError
@@ -74,6 +74,8 @@ MMR_DEPTH = 40
 MMR_LAMBDA = 0.8
 # MMR orders turns until they hold this many times the budget; the rest only fill gaps.
 MMR_FILL = 2
+# The block's language is told from the query and this many of the first turns picked.
+LANGUAGE_SAMPLE = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,12 +196,33 @@ async def memory_block(
     pinned = [m for m in pinned if not _hidden(m, request)]
     seen = {m.id for m in pinned}
     facts = [m for m in found if m.kind != "episode" and m.id not in seen]
-    language = detect_language([query, *(t.row.text for t in turns[:5])])
-    now = datetime.now(UTC)
+    order = _diversify(turns, request.budget_tokens)
     if request.explicit_query is None and turns:
         floor = max(t.value for t in turns) * IMPLICIT_FLOOR
-        turns = [t for t in turns if t.value >= floor]
-    return _render(pinned + facts, whole, turns, request.budget_tokens, language, now)
+        shown, first = _worth(order, floor, sum(1 for t in turns if t.value >= floor))
+    else:
+        shown = list(order)
+        first = shown[:LANGUAGE_SAMPLE]
+    language = detect_language([query, *(t.row.text for t in first)])
+    now = datetime.now(UTC)
+    return _render(pinned + facts, whole, shown, request.budget_tokens, language, now)
+
+
+def _worth(order: Iterator[_Turn], floor: float, count: int) -> tuple[list[_Turn], list[_Turn]]:
+    """The ``count`` turns of ``order`` worth ``floor`` or more, in its order, and its
+    first LANGUAGE_SAMPLE turns: read no further than both need. (Most of a diversified
+    order falls below an implicit query's floor: its picks after the last turn above
+    it are never made.)"""
+    kept: list[_Turn] = []
+    first: list[_Turn] = []
+    for turn in order:
+        if len(first) < LANGUAGE_SAMPLE:
+            first.append(turn)
+        if turn.value >= floor:
+            kept.append(turn)
+        if len(kept) == count and len(first) == LANGUAGE_SAMPLE:
+            break
+    return kept, first
 
 
 def _visible(m: MemoryRow, request: MemoryRequest) -> bool:
@@ -221,7 +244,8 @@ def _visible(m: MemoryRow, request: MemoryRequest) -> bool:
 async def _turns(
     db: asyncpg.Connection, request: MemoryRequest, hits: Sequence[MemoryRow], terms: list[str]
 ) -> tuple[list[_Turn], list[MemoryRow], list[MemoryRow]]:
-    """Episode and turn hits as turns valued by what points at them, in pick order; the
+    """Episode and turn hits as turns valued by what points at them, the densest first
+    (``_diversify`` orders them for the block); the
     episodes that have no turn rows (indexed before turns were), to show whole; and the
     user's high-stakes memories (read with the turns: one round trip).
 
@@ -284,7 +308,7 @@ async def _turns(
             by_key[key].value += value
     ranked = sorted((t for t in by_key.values() if t.value > 0), key=lambda t: -t.density)
     whole = _shown_whole(episodes, by_key.keys(), set(missing))
-    return _diversify(ranked, request.budget_tokens), whole, pinned
+    return ranked, whole, pinned
 
 
 def _shown_whole(
@@ -331,13 +355,15 @@ def _episode_values(
     return out
 
 
-def _diversify(ranked: list[_Turn], budget_tokens: int) -> list[_Turn]:
+def _diversify(ranked: list[_Turn], budget_tokens: int) -> Iterator[_Turn]:
     """MMR over the best turns (relevance = value, redundancy = shared words), ordered
     until the picks hold MMR_FILL times the budget (a pick may not fit when packed);
-    the turns after that keep their order by value, for the gaps."""
+    the turns after that keep their order by value, for the gaps. Each pick is made as
+    the caller reads on."""
     head, tail = ranked[:MMR_DEPTH], ranked[MMR_DEPTH:]
     if len(head) < 3:
-        return ranked
+        yield from ranked
+        return
     picked_tokens = 0
 
     def filled(key: tuple[int, int]) -> bool:
@@ -350,15 +376,19 @@ def _diversify(ranked: list[_Turn], budget_tokens: int) -> list[_Turn]:
     index = {t.key: t for t in head}
     # Best first (``ranked`` is by density): MMR reads the words of the turns it may
     # pick, not of every turn of the head.
-    order = mmr_words(
+    order = mmr_words_lazily(
         [(t.key, density / top) for t, density in zip(head, densities, strict=True)],
         words=lambda key: _words(index[key].row.text),
         lambda_=MMR_LAMBDA,
         top_k=len(head),
         stop_after=filled,
     )
-    chosen = set(order)
-    return [index[k] for k in order] + [t for t in head if t.key not in chosen] + tail
+    chosen: set[tuple[int, int]] = set()
+    for key in order:
+        chosen.add(key)
+        yield index[key]
+    yield from (t for t in head if t.key not in chosen)
+    yield from tail
 
 
 def _words(text: str) -> frozenset[str]:
