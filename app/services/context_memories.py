@@ -132,6 +132,15 @@ class _Turn:
         return density
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Episode:
+    """An episode hit with its session and the seqs of its turns (read once)."""
+
+    row: MemoryRow
+    session_pk: int
+    seqs: list[int]
+
+
 def _tokens(m: MemoryRow) -> int:
     return int(m.metadata.get("tokens") or count_tokens(m.text + "\n"))
 
@@ -256,17 +265,19 @@ async def _turns(
     hit on the other half of its question/answer pair."""
     direct: dict[tuple[int, int], _Turn] = {}
     indirect: dict[tuple[int, int], float] = {}  # turns to fetch, and their indirect value
-    episodes: list[MemoryRow] = []
+    episodes: list[_Episode] = []
     for m in hits:
         score = m.score or 0.0
         if m.session_id is None:
             continue
         if _is_turn(m):
             [seq] = _seqs(m)[:1] or [0]
-            direct.setdefault((m.session_id, seq), _Turn(m, score, m.session_id, seq))
+            if (m.session_id, seq) not in direct:
+                direct[m.session_id, seq] = _Turn(m, score, m.session_id, seq)
             continue
-        episodes.append(m)
-        for seq in _seqs(m):
+        episode = _Episode(m, m.session_id, _seqs(m))
+        episodes.append(episode)
+        for seq in episode.seqs:
             key = (m.session_id, seq)
             indirect[key] = max(indirect.get(key, 0.0), score)
     # Fetch no more turns than the budget could show (best first), and the neighbours
@@ -278,7 +289,8 @@ async def _turns(
             priority[key] = max(priority.get(key, 0.0), turn.value * PAIR_SHARE)
     missing = sorted((k for k in priority if k not in direct), key=lambda k: -priority[k])
     missing = missing[: max(MIN_CANDIDATES, request.budget_tokens // TOKENS_PER_FETCHED_TURN)]
-    by_key = {k: _Turn(t.row, t.value, *k) for k, t in direct.items()}
+    # The hits' values are read (for their pairs) before any turn's value grows.
+    by_key = dict(direct)
     # Of those, only the rows that can gain a value are read: an episode's turns, the
     # turn before a hit (a question it may answer), and the turn after a hit that asks.
     # The turn after a hit that does not ask would be read only to be worth nothing.
@@ -312,7 +324,7 @@ async def _turns(
 
 
 def _shown_whole(
-    episodes: Sequence[MemoryRow],
+    episodes: Sequence[_Episode],
     held: Collection[tuple[int, int]],
     asked: Collection[tuple[int, int]],
 ) -> list[MemoryRow]:
@@ -321,15 +333,15 @@ def _shown_whole(
     the fetch limit is a weak hit, not an old row: it is left out, never shown ahead
     of the evidence (as a fact line) for want of its turns."""
     return [
-        m
-        for m in episodes
-        if not any((m.session_id, s) in held for s in _seqs(m))
-        and all((m.session_id, s) in asked for s in _seqs(m))
+        e.row
+        for e in episodes
+        if not any((e.session_pk, s) in held for s in e.seqs)
+        and all((e.session_pk, s) in asked for s in e.seqs)
     ]
 
 
 def _episode_values(
-    episodes: Sequence[MemoryRow], turns: dict[tuple[int, int], _Turn], terms: list[str]
+    episodes: Sequence[_Episode], turns: dict[tuple[int, int], _Turn], terms: list[str]
 ) -> dict[tuple[int, int], float]:
     """What each turn gets from the best episode hit it is part of: the episode's score
     times the turn's share, from 1 for the turn that shares the most of the query's
@@ -340,8 +352,8 @@ def _episode_values(
     matched = term_matcher(terms)
     counts: dict[tuple[int, int], int] = {}
     out: dict[tuple[int, int], float] = {}
-    for m in episodes:
-        keys = [(m.session_id or 0, seq) for seq in _seqs(m) if (m.session_id or 0, seq) in turns]
+    for e in episodes:
+        keys = [(e.session_pk, seq) for seq in e.seqs if (e.session_pk, seq) in turns]
         for key in keys:
             if key not in counts:
                 counts[key] = matched(turns[key].row.text)
@@ -351,7 +363,7 @@ def _episode_values(
             share = (
                 EPISODE_SHARE if best == 0 else EPISODE_FLOOR + (1 - EPISODE_FLOOR) * match / best
             )
-            out[key] = max(out.get(key, 0.0), (m.score or 0.0) * share)
+            out[key] = max(out.get(key, 0.0), (e.row.score or 0.0) * share)
     return out
 
 

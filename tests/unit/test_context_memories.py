@@ -35,6 +35,10 @@ def row(mid: int, text: str, seqs: list[int], *, turn: bool, score: float = 0.0)
     )
 
 
+def episodes(*rows: MemoryRow) -> list[cm._Episode]:
+    return [cm._Episode(m, 7, cm._seqs(m)) for m in rows]
+
+
 def turns(*texts: str) -> dict[tuple[int, int], cm._Turn]:
     return {
         (7, seq): cm._Turn(row(100 + seq, text, [seq], turn=True), 0.0, 7, seq)
@@ -50,7 +54,7 @@ def test_the_turn_that_made_an_episode_match_is_worth_the_episode_its_small_talk
     )
     episode = row(1, "whole episode", [1, 2, 3], turn=False, score=0.04)
     values = cm._episode_values(
-        [episode], held, search_terms("what did I buy for my brother's graduation")
+        episodes(episode), held, search_terms("what did I buy for my brother's graduation")
     )
     assert values[(7, 2)] == pytest.approx(0.04)
     assert values[(7, 1)] == values[(7, 3)] == pytest.approx(0.04 * cm.EPISODE_FLOOR)
@@ -59,7 +63,7 @@ def test_the_turn_that_made_an_episode_match_is_worth_the_episode_its_small_talk
 def test_an_episode_found_by_meaning_alone_is_shared_evenly() -> None:
     held = turns("Ben: Lovely weather today.", "Ana: Indeed, sunny and warm.")
     episode = row(1, "whole episode", [1, 2], turn=False, score=0.03)
-    values = cm._episode_values([episode], held, search_terms("telescope purchase"))
+    values = cm._episode_values(episodes(episode), held, search_terms("telescope purchase"))
     assert values == {k: pytest.approx(0.03 * cm.EPISODE_SHARE) for k in held}
 
 
@@ -67,7 +71,7 @@ def test_a_turn_keeps_the_best_of_the_episodes_it_is_part_of() -> None:
     held = turns("Ana: I bought a telescope.", "Ben: Nice.")
     weak = row(1, "episode a", [1, 2], turn=False, score=0.01)
     strong = row(2, "episode b", [1], turn=False, score=0.05)
-    values = cm._episode_values([weak, strong], held, search_terms("telescope"))
+    values = cm._episode_values(episodes(weak, strong), held, search_terms("telescope"))
     assert values[(7, 1)] == pytest.approx(0.05)
     assert values[(7, 2)] == pytest.approx(0.01 * cm.EPISODE_FLOOR)
 
@@ -86,7 +90,7 @@ def test_an_episode_is_shown_whole_only_when_its_turns_were_asked_for_and_none_e
     cut = row(2, "episode whose turns fell past the fetch limit", [3, 4], turn=False)
     shown = row(3, "episode shown turn by turn", [5], turn=False, score=0.03)
     whole = cm._shown_whole(
-        [old, cut, shown], held={(7, 5)}, asked={(7, 1), (7, 2), (7, 3), (7, 5)}
+        episodes(old, cut, shown), held={(7, 5)}, asked={(7, 1), (7, 2), (7, 3), (7, 5)}
     )
     assert whole == [old]
 
