@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import random
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -186,3 +188,51 @@ async def test_the_turn_after_a_hit_that_does_not_ask_is_not_read(
     assert sorted(asked) == [(7, 1), (7, 4), (7, 6), (7, 7)]
     assert picks(got) == picks(expected)
     assert {t.row.id for t in got[0]} == {101, 102, 105, 106, 107}
+
+
+def test_an_implicit_querys_turns_are_read_from_the_order_no_further_than_needed() -> None:
+    """The turns worth the floor, in the order's order, and its first turns for the
+    language: the order is not read past the last of both."""
+
+    def order(values: list[float], readable: int) -> Iterator[cm._Turn]:
+        for seq, value in enumerate(values):
+            assert seq < readable, "read past what was needed"
+            yield cm._Turn(row(seq, f"Ana: turn {seq}", [seq], turn=True), value, 7, seq)
+
+    values = [1.0, 0.2, 0.9, 0.1, 0.3, 0.05, 0.04]
+    kept, first = cm._worth(order(values, readable=5), 0.5, 2)
+    assert [t.seq for t in kept] == [0, 2]
+    assert [t.seq for t in first] == [0, 1, 2, 3, 4]
+    late = [0.1, 0.2, 0.9, 0.3, 0.4, 0.05, 0.6, 0.01]
+    kept, first = cm._worth(order(late, readable=7), 0.5, 2)
+    assert [t.seq for t in kept] == [2, 6]
+    assert [t.seq for t in first] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_turns_shown_are_those_of_the_whole_diversified_order_above_the_floor(
+    seed: int,
+) -> None:
+    """Read lazily, the diversified order gives the same turns above the floor, in the
+    same order, as the whole order filtered."""
+    rng = random.Random(seed)
+    vocabulary = ["kayak", "lake", "paint", "lighthouse", "sister", "oslo", "bakery", "may"]
+    ranked = sorted(
+        (
+            cm._Turn(
+                row(seq, "Ana: " + " ".join(rng.sample(vocabulary, 3)), [seq], turn=True),
+                rng.random(),
+                7,
+                seq,
+            )
+            for seq in range(rng.randint(0, 45))
+        ),
+        key=lambda t: -t.density,
+    )
+    floor = max((t.value for t in ranked), default=0.0) * cm.IMPLICIT_FLOOR
+    whole = list(cm._diversify(ranked, 400))
+    kept, first = cm._worth(
+        cm._diversify(ranked, 400), floor, sum(1 for t in ranked if t.value >= floor)
+    )
+    assert kept == [t for t in whole if t.value >= floor]
+    assert first == whole[: cm.LANGUAGE_SAMPLE]
