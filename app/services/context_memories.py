@@ -27,7 +27,7 @@ import functools
 import logging
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime
-from itertools import islice
+from itertools import chain, islice
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -206,15 +206,20 @@ async def memory_block(
     seen = {m.id for m in pinned}
     facts = [m for m in found if m.kind != "episode" and m.id not in seen]
     order = _diversify(turns, request.budget_tokens)
+    shown: Iterable[_Turn]
     if request.explicit_query is None and turns:
         floor = max(t.value for t in turns) * IMPLICIT_FLOOR
         shown, first = _worth(order, floor, sum(1 for t in turns if t.value >= floor))
+        unread: Sequence[_Turn] = ()
     else:
-        shown = list(order)
-        first = shown[:LANGUAGE_SAMPLE]
+        # Read on as the budget takes them: no pick is made once none left could fit.
+        first = list(islice(order, LANGUAGE_SAMPLE))
+        shown, unread = chain(first, order), turns
     language = detect_language([query, *(t.row.text for t in first)])
     now = datetime.now(UTC)
-    return _render(pinned + facts, whole, shown, request.budget_tokens, language, now)
+    return _render(
+        pinned + facts, whole, shown, request.budget_tokens, language, now, unread=unread
+    )
 
 
 def _worth(order: Iterator[_Turn], floor: float, count: int) -> tuple[list[_Turn], list[_Turn]]:
@@ -421,12 +426,16 @@ def _day(m: MemoryRow) -> date:
 def _render(
     items: Sequence[MemoryRow],
     whole: Sequence[MemoryRow],
-    turns: Sequence[_Turn],
+    turns: Iterable[_Turn],
     budget: int,
     language: str,
     now: datetime,
+    *,
+    unread: Sequence[_Turn] = (),
 ) -> tuple[str, list[MemoryRow]]:
-    """Pick within ``budget`` tokens (facts, then evidence by value), render by date."""
+    """Pick within ``budget`` tokens (facts, then evidence by value), render by date.
+    ``unread``: every turn ``turns`` may yield, when it is to be read no further once
+    none of those not read yet could fit what is left (each costs its tokens at least)."""
     count: Callable[[str], int] = count_tokens
     header = HEADERS[language]
     left = budget - count(header + "\n")
@@ -441,18 +450,27 @@ def _render(
             left -= cost
     groups: dict[tuple[date, int], list[_Turn]] = {}
     days: set[date] = set()
+    by_size = sorted(unread, key=lambda t: t.tokens)
+    read: set[tuple[int, int]] = set()
+    smallest = 0  # in by_size: the smallest turn not read yet
     for turn in turns:
         if left <= 0:
             break
+        if by_size:
+            read.add(turn.key)
         key = (_day(turn.row), turn.session_pk)
         cost = turn.tokens
         if key[0] not in days:  # one date line per day, however many sessions
             cost += count(f"[{date_label(key[0], language)}]\n")
-        if cost > left:
-            continue
-        groups.setdefault(key, []).append(turn)
-        days.add(key[0])
-        left -= cost
+        if cost <= left:
+            groups.setdefault(key, []).append(turn)
+            days.add(key[0])
+            left -= cost
+        if by_size:
+            while smallest < len(by_size) and by_size[smallest].key in read:
+                smallest += 1
+            if smallest == len(by_size) or by_size[smallest].tokens > left:
+                break
     if not facts and not groups:
         return "", []
     lines = [header, *(line for _, line in facts)]

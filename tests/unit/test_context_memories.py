@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from app.core.tokens import count_tokens
 from app.memories.bm25 import search_terms
 from app.services import context_memories as cm
 from app.stores import memories as memories_store
@@ -236,3 +237,49 @@ def test_the_turns_shown_are_those_of_the_whole_diversified_order_above_the_floo
     )
     assert kept == [t for t in whole if t.value >= floor]
     assert first == whole[: cm.LANGUAGE_SAMPLE]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_block_read_on_as_the_budget_takes_turns_is_the_block_of_the_whole_order(
+    seed: int,
+) -> None:
+    """Given every turn it may read (``unread``), the block stops reading once none of
+    those not read could fit: the same block as from the whole order, and nothing read
+    past that point."""
+    rng = random.Random(seed)
+    pool = [
+        cm._Turn(row(seq, "Ana: " + "word " * rng.randint(1, 60), [seq], turn=True), 1.0, 7, seq)
+        for seq in range(rng.randint(1, 30))
+    ]
+    rng.shuffle(pool)
+    budget = rng.randint(20, 600)
+    whole = cm._render([], [], pool, budget, "en", WHEN)
+    read: list[cm._Turn] = []
+
+    def reading() -> Iterator[cm._Turn]:
+        for turn in pool:
+            read.append(turn)
+            yield turn
+
+    assert cm._render([], [], reading(), budget, "en", WHEN, unread=pool) == whole
+    lines = whole[0].split("\n") if whole[0] else [cm.HEADERS["en"]]
+    left = budget - sum(count_tokens(line + "\n") for line in lines)
+    if len(read) < len(pool):  # stopped early: none of the rest could have fitted
+        assert min(t.tokens for t in pool[len(read) :]) > left
+
+
+def test_a_block_whose_budget_is_spent_reads_no_further_turn() -> None:
+    pool = [
+        cm._Turn(row(seq, "Ana: " + "word " * 40, [seq], turn=True), 1.0, 7, seq)
+        for seq in range(9)
+    ]
+    read: list[int] = []
+
+    def reading() -> Iterator[cm._Turn]:
+        for turn in pool:
+            read.append(turn.seq)
+            yield turn
+
+    budget = 2 * pool[0].tokens + 30  # two turns, the header and a date line
+    text, placed = cm._render([], [], reading(), budget, "en", WHEN, unread=pool)
+    assert len(placed) == 2 and text.count("Ana: word") == 2 and read == [0, 1]
