@@ -101,22 +101,6 @@ def mmr_words(
     lambda_: float = 0.7,
     top_k: int,
     stop_after: Callable[[K], bool] | None = None,
-) -> list[K]:
-    """``mmr_words_lazily``'s picks, all of them."""
-    return list(
-        mmr_words_lazily(
-            candidates, words=words, lambda_=lambda_, top_k=top_k, stop_after=stop_after
-        )
-    )
-
-
-def mmr_words_lazily(
-    candidates: Sequence[tuple[K, float]],
-    *,
-    words: Callable[[K], frozenset[str] | set[str]],
-    lambda_: float = 0.7,
-    top_k: int,
-    stop_after: Callable[[K], bool] | None = None,
 ) -> Iterator[K]:
     """``mmr_by`` over ``(id, relevance)`` with the Jaccard similarity of the candidates'
     ``words``: the same picks in the same order, reading only the words it needs.

@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.compression.render import detect_language
 from app.core.tokens import count_tokens
 from app.memories.bm25 import search_terms, term_matcher
-from app.memories.fuse import mmr_words_lazily
+from app.memories.fuse import mmr_words
 from app.memories.gate import build_query, needs_retrieval
 from app.memories.when import date_label
 from app.providers.embed import Embedder, EmbeddingError
@@ -393,7 +393,7 @@ def _diversify(ranked: list[_Turn], budget_tokens: int) -> Iterator[_Turn]:
     index = {t.key: t for t in head}
     # Best first (``ranked`` is by density): MMR reads the words of the turns it may
     # pick, not of every turn of the head.
-    order = mmr_words_lazily(
+    order = mmr_words(
         [(t.key, density / top) for t, density in zip(head, densities, strict=True)],
         words=lambda key: _words(index[key].row.text),
         lambda_=MMR_LAMBDA,

@@ -120,7 +120,7 @@ def test_mmr_words_picks_what_mmr_by_with_jaccard_picks(
     relevances and equal gains included: the same picks in the same order."""
     from itertools import islice
 
-    from app.memories.fuse import mmr_by, mmr_words, mmr_words_lazily
+    from app.memories.fuse import mmr_by, mmr_words
 
     if best_first:
         items = sorted(items, key=lambda item: -item[0])
@@ -144,12 +144,14 @@ def test_mmr_words_picks_what_mmr_by_with_jaccard_picks(
     expected = mmr_by(
         ranked, similarity=jaccard, lambda_=lambda_, top_k=top_k, stop_after=stop_at(fill)
     )
-    got = mmr_words(
-        ranked, words=words.__getitem__, lambda_=lambda_, top_k=top_k, stop_after=stop_at(fill)
+    got = list(
+        mmr_words(
+            ranked, words=words.__getitem__, lambda_=lambda_, top_k=top_k, stop_after=stop_at(fill)
+        )
     )
     assert got == expected
     # Read lazily and left part way: the first picks of the same order.
-    lazily = mmr_words_lazily(
+    lazily = mmr_words(
         ranked, words=words.__getitem__, lambda_=lambda_, top_k=top_k, stop_after=stop_at(fill)
     )
     assert list(islice(lazily, top_k // 2)) == expected[: top_k // 2]
@@ -168,16 +170,16 @@ def test_mmr_words_reads_the_words_only_of_candidates_it_may_pick() -> None:
         return words[key]
 
     ranked = [("a", 1.0), ("b", 0.95), ("c", 0.9), ("z", 0.1)]
-    assert mmr_words(ranked, words=reading, lambda_=0.8, top_k=3) == ["a", "c", "b"]
+    assert list(mmr_words(ranked, words=reading, lambda_=0.8, top_k=3)) == ["a", "c", "b"]
     assert "z" not in read
 
 
-def test_mmr_words_lazily_makes_each_pick_when_it_is_asked_for() -> None:
+def test_mmr_words_makes_each_pick_when_it_is_asked_for() -> None:
     """The first picks, asked for one by one, are the first of the whole order, and
     only the words those picks needed are read."""
     from itertools import islice
 
-    from app.memories.fuse import mmr_words, mmr_words_lazily
+    from app.memories.fuse import mmr_words
 
     words = {"a": {"red", "kayak"}, "b": {"red", "kayak", "boat"}, "c": {"piano"}, "d": {"tea"}}
     read: list[str] = []
@@ -187,10 +189,10 @@ def test_mmr_words_lazily_makes_each_pick_when_it_is_asked_for() -> None:
         return words[key]
 
     ranked = [("a", 1.0), ("b", 0.95), ("c", 0.9), ("d", 0.85)]
-    picks = mmr_words_lazily(ranked, words=reading, lambda_=0.8, top_k=4)
+    picks = mmr_words(ranked, words=reading, lambda_=0.8, top_k=4)
     assert next(picks) == "a"
     assert read == []  # the first pick compares nothing
-    whole = mmr_words(ranked, words=words.__getitem__, lambda_=0.8, top_k=4)
+    whole = list(mmr_words(ranked, words=words.__getitem__, lambda_=0.8, top_k=4))
     assert [whole[0], *islice(picks, 1)] == whole[:2]
     assert "d" not in read  # not reached before the second pick
     assert [*whole[:2], *picks] == whole
