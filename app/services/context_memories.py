@@ -259,9 +259,9 @@ async def _turns(
     db: asyncpg.Connection, request: MemoryRequest, hits: Sequence[MemoryRow], terms: list[str]
 ) -> tuple[list[_Turn], list[MemoryRow], list[MemoryRow]]:
     """Episode and turn hits as turns valued by what points at them, the densest first
-    (``_diversify`` orders them for the block); the
-    episodes that have no turn rows (indexed before turns were), to show whole; and the
-    user's high-stakes memories (read with the turns: one round trip).
+    (``_diversify`` orders them for the block); the episodes that have no turn rows
+    (indexed before turns were), to show whole; and the user's high-stakes memories
+    (read with the turns: one round trip).
 
     A turn's value adds up its signals, as rank fusion does: its own hit (both legs
     fused), and the best of two indirect ones: the episode it is part of (shared by the
